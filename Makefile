@@ -1,0 +1,28 @@
+# The two commands a user needs: `make profile` and `make test`. Both set themselves up.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SCENARIO ?= scenarios/micro_topk1.yaml
+# Torch is pinned to the CPU build that CPU machines have locally; GPU runners install their own.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install test profile clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+profile: $(STAMP)
+	$(BIN)/harness run $(SCENARIO) $(RUN_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

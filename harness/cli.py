@@ -1,0 +1,57 @@
+"""`harness` command line: one subcommand per pipeline entry point.
+
+Each subcommand lives in its own module, which provides `add_arguments(parser)` and
+`run(args) -> int`; such a module keeps heavy imports (torch, pandas, matplotlib) inside `run`, so
+that `--help` and usage errors stay instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness import __version__
+from harness.errors import EXIT_BAD_INPUT, HarnessInputError
+
+# name -> (module, one-line help). Order is the order shown in --help.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("harness.traces.cli", "count kernels (or CPU ops) per CUDA graph launch and region in traces"),
+}
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """Usage errors: one line and exit 2, as for every other bad input."""
+
+    def error(self, message: str) -> None:  # pragma: no cover - exercised through main()
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="harness", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
+    sub.required = True
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except HarnessInputError as exc:
+        print(f"harness {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"harness {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
