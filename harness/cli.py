@@ -16,6 +16,7 @@ from harness.errors import EXIT_BAD_INPUT, HarnessInputError
 
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("harness.validate", "check scenario files (FILE:LINE: field: problem)"),
     "analyze": ("harness.traces.cli", "count kernels (or CPU ops) per CUDA graph launch and region in traces"),
 }
 

@@ -1,0 +1,67 @@
+"""Engines: how to start a variant's server. The harness talks to every engine only over HTTP.
+
+`build_server_command(scenario, variant, ...)` returns the argv and environment of the server
+process; the engine-specific part (which module, which flags) lives in `micro.py` and `sglang.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.scenario import Scenario
+
+# The directory that holds the `harness` package: put on a server's PYTHONPATH so that another
+# interpreter (an SGLang venv) can import the micro engine and the patch bootstrap.
+HARNESS_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+# A directory with a `sitecustomize.py` that imports the modules named in $HARNESS_PATCHES in
+# every Python process of the server, spawned workers included (SGLang's scheduler runs in a
+# child process, where a patch applied in the launcher alone would be lost).
+PATCH_BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+PATCHES_ENV = "HARNESS_PATCHES"
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added to (and overriding) os.environ
+
+    def shell(self) -> str:
+        """The command as one copy-pasteable line, environment first (for --dry-run and logs)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+def variant_environment(scenario: Scenario, variant: str, *, profile_dir: Path) -> dict[str, str]:
+    """Environment additions shared by all engines: server env, variant env, PYTHONPATH, patches."""
+    spec = scenario.variants[variant]
+    env: dict[str, str] = {}
+    env.update(scenario.server.env)
+    env.update(spec.env)
+    pythonpath = [*spec.pythonpath]
+    if spec.patches:
+        pythonpath.append(str(PATCH_BOOTSTRAP_DIR))
+        env[PATCHES_ENV] = ",".join(spec.patches)
+    pythonpath.append(str(HARNESS_SOURCE_ROOT))
+    inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *([inherited] if inherited else [])])
+    env["SGLANG_TORCH_PROFILER_DIR"] = str(profile_dir)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def server_python(scenario: Scenario, variant: str) -> str:
+    return scenario.variants[variant].python or sys.executable
+
+
+def build_server_command(
+    scenario: Scenario, variant: str, *, host: str, port: int, profile_dir: Path
+) -> ServerCommand:
+    if scenario.engine == "micro":
+        from harness.engines import micro as engine
+    else:
+        from harness.engines import sglang as engine
+    return engine.build_command(scenario, variant, host=host, port=port, profile_dir=profile_dir)

@@ -1,0 +1,437 @@
+"""Scenario files: the YAML a user writes, validated into a typed `Scenario`.
+
+Errors point at the YAML: `FILE:LINE: field.path: what is wrong`, raised as HarnessInputError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from harness.errors import HarnessInputError
+
+REGION_NAME = r"^[A-Z][A-Z0-9_]*$"
+# The default count pattern: the CUDA softmax kernels (long and short rows) and, on CPU-only
+# traces, the op that does the work (`aten::_softmax`, not its `aten::softmax` parent, which
+# would count each call twice).
+DEFAULT_PATTERNS: dict[str, str] = {
+    "softmax": r"cunn_SoftMaxForward|softmax_warp_forward|^aten::_softmax$",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression ({exc})") from None
+    return value
+
+
+ServerArgValue = Union[bool, int, float, str, list[Union[int, float, str]], None]
+
+
+def _check_args(args: dict[str, ServerArgValue]) -> dict[str, ServerArgValue]:
+    for flag in args:
+        if not re.fullmatch(r"--[A-Za-z0-9][A-Za-z0-9-_]*", flag):
+            raise ValueError(f"argument {flag!r} must be a long flag such as '--tp'")
+    return args
+
+
+def render_args(args: dict[str, ServerArgValue]) -> list[str]:
+    """A flag mapping as a command line: `true` is a bare flag, `false`/`null` drops it, a list repeats."""
+    out: list[str] = []
+    for flag, value in args.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list):
+            out.append(flag)
+            out.extend(str(v) for v in value)
+        else:
+            out.extend([flag, str(value)])
+    return out
+
+
+class ServerSpec(_Strict):
+    """What every variant's server shares."""
+
+    model_path: str | None = Field(None, description="--model-path (SGLang); informational for micro")
+    draft_model_path: str | None = Field(None, description="--speculative-draft-model-path")
+    args: dict[str, ServerArgValue] = Field(
+        default_factory=dict,
+        description="server flags: `--flag: value`; `true` = bare flag, `false`/`null` = omitted, a list = several values",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="environment for the server process")
+    startup_timeout_s: float = Field(600.0, gt=0, description="how long to wait for /health")
+    request_timeout_s: float = Field(600.0, gt=0, description="limit for one /generate request")
+
+    _v_args = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
+
+
+class VariantSpec(_Strict):
+    """One arm of the A/B: how its server differs from the shared `server`."""
+
+    description: str = ""
+    python: str | None = Field(None, description="interpreter for the server (default: the harness's own)")
+    pythonpath: list[str] = Field(default_factory=list, description="prepended to PYTHONPATH (e.g. an SGLang source tree)")
+    env: dict[str, str] = Field(default_factory=dict)
+    args: dict[str, ServerArgValue] = Field(default_factory=dict, description="merged over server.args")
+    patches: list[str] = Field(
+        default_factory=list,
+        description="modules imported into the server process before it starts (e.g. to restore the softmax path)",
+    )
+
+    _v_args = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
+
+    @field_validator("patches")
+    @classmethod
+    def _patch_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+                raise ValueError(f"{name!r} is not a dotted module name")
+        return v
+
+
+class SyntheticPrompts(_Strict):
+    source: Literal["synthetic"] = "synthetic"
+    seed: int = 0
+
+
+class FilePrompts(_Strict):
+    source: Literal["file"]
+    path: str = Field(description="JSONL (`{\"text\": ...}` or `{\"prompt\": ...}` per line) or ShareGPT JSON; relative to the scenario file")
+    format: Literal["jsonl", "sharegpt"] = "jsonl"
+    seed: int = Field(0, description="order in which prompts are drawn")
+
+
+class WorkloadSpec(_Strict):
+    prompts: Annotated[Union[SyntheticPrompts, FilePrompts], Field(discriminator="source")] = Field(
+        default_factory=SyntheticPrompts
+    )
+    num_requests: int = Field(16, ge=1, description="measured requests per trial (warmup excluded)")
+    input_len: int = Field(64, ge=1, description="prompt length in tokens (synthetic prompts)")
+    output_len: int = Field(64, ge=2, description="max_new_tokens")
+    concurrency: int = Field(1, ge=1, description="requests in flight at once")
+    request_rate: float | None = Field(
+        None, gt=0, description="requests per second (Poisson arrivals); null = as fast as concurrency allows"
+    )
+    warmup_requests: int = Field(2, ge=0, description="sent first, excluded from the measurements")
+    temperature: float = Field(0.0, ge=0)
+    ignore_eos: bool = True
+
+
+class TrialsSpec(_Strict):
+    repetitions: int = Field(5, ge=1, description="timed trials per variant (one server run = one sample)")
+    profiled: int = Field(1, ge=0, description="profiled trials per variant (structure, not timing)")
+    order: Literal["abba", "random"] = "abba"
+    seed: int = 0
+
+
+class NsysSpec(_Strict):
+    enabled: bool = False
+    executable: str = "nsys"
+    args: list[str] = Field(
+        default_factory=lambda: [
+            "--trace=cuda,nvtx",
+            "--trace-fork-before-exec=true",
+            "--cuda-graph-trace=node",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=stop",
+        ],
+        description="extra `nsys profile` arguments; node mode is required for per-kernel graph analysis",
+    )
+
+
+class ProfileSpec(_Strict):
+    num_steps: int = Field(20, ge=1, description="forward steps the profiler records, then stops by itself")
+    activities: list[Literal["CPU", "GPU", "MEM", "RPD", "CUDA_PROFILER"]] = Field(
+        default_factory=lambda: ["CPU", "GPU"]
+    )
+    with_stack: bool = False
+    record_shapes: bool = False
+    requests: int | None = Field(
+        None, ge=1, description="requests sent while profiling (default: the workload's num_requests)"
+    )
+    nsys: NsysSpec = Field(default_factory=NsysSpec)
+
+
+class RegionRule(_Strict):
+    name: str = Field(pattern=REGION_NAME)
+    regex: str
+
+    _v_regex = field_validator("regex")(classmethod(lambda cls, v: _check_regex(v)))
+
+
+class RegionsSpec(_Strict):
+    """Overrides of the default SGLang region table (an ordered list, first match wins)."""
+
+    replace: bool = Field(False, description="true: use only `rules`; false: put `rules` before the defaults")
+    rules: list[RegionRule] = Field(default_factory=list)
+
+
+# ---- checks -------------------------------------------------------------------------------------
+
+
+class _Check(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="shown in reports and JUnit")
+    description: str = ""
+
+
+class KernelCountCheck(_Check):
+    kind: Literal["kernel_count"]
+    region: str = Field(pattern=REGION_NAME)
+    pattern: str = Field(description="a name from `patterns`")
+    variants: list[str] = Field(min_length=1)
+    per: Literal["replay", "total"] = "replay"
+    equals: int | None = Field(None, ge=0)
+    at_most: int | None = Field(None, ge=0)
+    at_least: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "KernelCountCheck":
+        given = [k for k in ("equals", "at_most", "at_least") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one bound: equals, at_most or at_least")
+        return self
+
+
+class _Comparison(_Check):
+    baseline: str = "baseline"
+    candidate: str = "candidate"
+
+
+class AcceptLengthCheck(_Comparison):
+    kind: Literal["accept_length"]
+    rel_tolerance: float = Field(0.01, gt=0, lt=1)
+    min: float | None = Field(None, gt=0, description="absolute floor for every variant's accept length")
+    confidence: float = Field(0.90, gt=0, lt=1)
+
+
+class OutputIdentityCheck(_Comparison):
+    kind: Literal["output_identity"]
+    min_fraction: float = Field(1.0, ge=0, le=1)
+
+
+class TpotGainCheck(_Comparison):
+    kind: Literal["tpot_gain"]
+    min_gain: float = Field(0.0, ge=0, lt=1, description="required relative TPOT reduction, e.g. 0.01")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    resamples: int = Field(10000, ge=100)
+    seed: int = 0
+
+
+class ExplainedGainCheck(_Comparison):
+    kind: Literal["explained_gain"]
+    pattern: str = "softmax"
+    regions: list[str] = Field(default_factory=lambda: ["DRAFT_DECODE", "DRAFT_EXTEND"])
+    min_ratio: float | None = Field(None, ge=0, description="optional: measured/predicted saving at least this")
+    max_ratio: float | None = Field(None, ge=0, description="optional: measured/predicted saving at most this")
+
+
+Check = Annotated[
+    Union[KernelCountCheck, AcceptLengthCheck, OutputIdentityCheck, TpotGainCheck, ExplainedGainCheck],
+    Field(discriminator="kind"),
+]
+
+
+class ValiditySpec(_Strict):
+    max_unlabelled_fraction: float = Field(
+        0.05, ge=0, le=1, description="graph launches with no region, as a fraction, above which zero-count rules are INCONCLUSIVE"
+    )
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    engine: Literal["micro", "sglang"]
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    variants: dict[str, VariantSpec]
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    trials: TrialsSpec = Field(default_factory=TrialsSpec)
+    profile: ProfileSpec = Field(default_factory=ProfileSpec)
+    patterns: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_PATTERNS))
+    regions: RegionsSpec = Field(default_factory=RegionsSpec)
+    validity: ValiditySpec = Field(default_factory=ValiditySpec)
+    checks: list[Check] = Field(default_factory=list)
+
+    @field_validator("variants")
+    @classmethod
+    def _baseline_and_candidate(cls, v: dict[str, VariantSpec]) -> dict[str, VariantSpec]:
+        missing = [n for n in ("baseline", "candidate") if n not in v]
+        if missing:
+            raise ValueError(f"missing variant(s) {', '.join(missing)}: at least `baseline` and `candidate` are required")
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                raise ValueError(f"variant name {name!r}: letters, digits, '-' and '_' only")
+        return v
+
+    @field_validator("patterns")
+    @classmethod
+    def _patterns(cls, v: dict[str, str]) -> dict[str, str]:
+        merged = dict(DEFAULT_PATTERNS)
+        merged.update(v)
+        for name, regex in merged.items():
+            if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+                raise ValueError(f"pattern name {name!r}: letters, digits and '_' only")
+            try:
+                _check_regex(regex)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return merged
+
+    @model_validator(mode="after")
+    def _checks_refer_to_known_things(self) -> "Scenario":
+        names: set[str] = set()
+        for i, check in enumerate(self.checks):
+            where = f"checks.{i}"
+            if check.name in names:
+                raise _LocatedError(f"{where}.name", f"duplicate check name {check.name!r}")
+            names.add(check.name)
+            pattern = getattr(check, "pattern", None)
+            if pattern is not None and pattern not in self.patterns:
+                raise _LocatedError(
+                    f"{where}.pattern", f"unknown pattern {pattern!r} (known: {', '.join(sorted(self.patterns))})"
+                )
+            for field in ("baseline", "candidate"):
+                variant = getattr(check, field, None)
+                if variant is not None and variant not in self.variants:
+                    raise _LocatedError(f"{where}.{field}", f"unknown variant {variant!r}")
+            for j, variant in enumerate(getattr(check, "variants", []) or []):
+                if variant not in self.variants:
+                    raise _LocatedError(f"{where}.variants.{j}", f"unknown variant {variant!r}")
+        return self
+
+    # -- derived --------------------------------------------------------------------------------
+    def server_args(self, variant: str) -> dict[str, ServerArgValue]:
+        """The shared flags with the variant's merged over them (variant wins)."""
+        merged = dict(self.server.args)
+        merged.update(self.variants[variant].args)
+        return merged
+
+    def region_rules(self) -> list[tuple[str, str]] | None:
+        """The scenario's region overrides as (name, regex), or None for the defaults alone."""
+        if not self.regions.rules and not self.regions.replace:
+            return None
+        return [(r.name, r.regex) for r in self.regions.rules]
+
+
+class _LocatedError(ValueError):
+    """A cross-field error that knows which field it is about (dotted path)."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+def _line_of(node: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
+    """The 1-based line of the YAML node at `path` (or of the deepest ancestor that exists)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in path:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(key)), None)
+            if match is None:
+                return line
+            line = match[0].start_mark.line + 1
+            node = match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _yaml_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """Pydantic's error location as a path into the YAML: drop the tags of tagged unions
+    (`checks.0.kernel_count.region` is `checks.0.region` in the file)."""
+    path: list[Any] = []
+    for part in loc:
+        if isinstance(data, dict) and part not in data and part in (data.get("kind"), data.get("source")):
+            continue
+        path.append(part)
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            data = None
+    return tuple(path)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; every problem is a HarnessInputError `FILE:LINE: field: why`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HarnessInputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HarnessInputError(f"{path}: cannot read ({exc})") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise HarnessInputError(f"{path}{line}: not valid YAML ({problem})") from None
+    if not isinstance(data, dict):
+        raise HarnessInputError(f"{path}:1: expected a mapping with `name`, `engine`, `variants`, ...")
+    return scenario_from_dict(data, source=path, node=node)
+
+
+def scenario_from_dict(data: dict[str, Any], *, source: str | Path = "<scenario>", node: yaml.Node | None = None) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        loc = _yaml_path(tuple(err["loc"]), data)
+        dotted = ".".join(str(p) for p in loc)
+        message = err["msg"]
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, _LocatedError):
+            loc = tuple(int(p) if p.isdigit() else p for p in ctx_error.path.split("."))
+            dotted, message = ctx_error.path, ctx_error.message
+        else:
+            message = message.removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            elif err["type"] == "missing":
+                message = "required field is missing"
+        line = _line_of(node, loc)
+        where = f"{source}:{line}" if line is not None else str(source)
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise HarnessInputError(f"{where}: {dotted or '(top level)'}: {message}{more}") from None
+
+
+def scenario_to_yaml(scenario: Scenario) -> str:
+    """The scenario as resolved (defaults filled in), for the run directory."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def scenario_json_schema() -> str:
+    """JSON Schema of scenario files, for editors (yaml-language-server)."""
+    return json.dumps(Scenario.model_json_schema(), indent=2)
+
