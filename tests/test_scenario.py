@@ -1,0 +1,100 @@
+"""The scenario schema: defaults, merging, and errors that point at the YAML line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessInputError
+from harness.scenario import DEFAULT_PATTERNS, load_scenario, render_args, scenario_json_schema, scenario_to_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+MINIMAL = """\
+name: t
+engine: micro
+server:
+  args:
+    --speculative-num-steps: 3
+variants:
+  baseline:
+    args: {--disable-topk1-fast-path: true, --speculative-num-steps: 2}
+  candidate: {}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_and_variant_args_merge_over_server_args(tmp_path):
+    s = load_scenario(write(tmp_path, MINIMAL))
+    assert s.server_args("baseline") == {"--speculative-num-steps": 2, "--disable-topk1-fast-path": True}
+    assert s.server_args("candidate") == {"--speculative-num-steps": 3}
+    assert s.patterns == DEFAULT_PATTERNS
+    assert s.workload.temperature == 0.0 and s.trials.order == "abba"
+    assert s.region_rules() is None
+
+
+def test_render_args_bare_flags_lists_and_dropped_values():
+    assert render_args({"--a": True, "--b": False, "--c": None, "--d": 3, "--e": [1, "x"]}) == [
+        "--a", "--d", "3", "--e", "1", "x"
+    ]
+
+
+def test_resolved_yaml_round_trips(tmp_path):
+    s = load_scenario(write(tmp_path, MINIMAL))
+    again = load_scenario(write(tmp_path, scenario_to_yaml(s)))
+    assert again == s
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("workload:\n  concurency: 2\n", "s.yaml:11: workload.concurency: unknown key"),
+        ("workload:\n  num_requests: many\n", "s.yaml:11: workload.num_requests: Input should be a valid integer"),
+        ("regions:\n  rules:\n    - {name: DRAFT_DECODE, regex: 'step[('}\n", "s.yaml:12: regions.rules.0.regex: not a valid regular expression"),
+        (
+            "checks:\n  - name: c\n    kind: kernel_count\n    region: DRAFT_DECODE\n    pattern: nosuch\n"
+            "    variants: [candidate]\n    equals: 0\n",
+            "s.yaml:14: checks.0.pattern: unknown pattern 'nosuch'",
+        ),
+        (
+            "checks:\n  - name: c\n    kind: kernel_count\n    region: DRAFT_DECODE\n    pattern: softmax\n"
+            "    variants: [candidate]\n",
+            "s.yaml:11: checks.0: give exactly one bound",
+        ),
+        ("checks:\n  - name: c\n    kind: tpot_gain\n    min_gain: 2\n", "s.yaml:13: checks.0.min_gain: Input should be less than 1"),
+        ("checks:\n  - {name: c, kind: nosuch}\n", "s.yaml:11: checks.0: Input tag 'nosuch' found using 'kind' does not match"),
+    ],
+)
+def test_errors_name_file_line_and_field(tmp_path, extra, expected):
+    with pytest.raises(HarnessInputError) as exc:
+        load_scenario(write(tmp_path, MINIMAL + extra))
+    message = str(exc.value)
+    assert "\n" not in message
+    assert message.split("/")[-1].startswith(expected), message
+
+
+def test_missing_candidate_variant(tmp_path):
+    text = MINIMAL.replace("  candidate: {}\n", "")
+    with pytest.raises(HarnessInputError, match=r"s.yaml:6: variants: missing variant\(s\) candidate"):
+        load_scenario(write(tmp_path, text))
+
+
+def test_unreadable_and_invalid_yaml(tmp_path):
+    with pytest.raises(HarnessInputError, match="no such file"):
+        load_scenario(tmp_path / "absent.yaml")
+    with pytest.raises(HarnessInputError, match=r"s.yaml:2: not valid YAML"):
+        load_scenario(write(tmp_path, "name: t\n  engine: [micro\n"))
+    with pytest.raises(HarnessInputError, match="expected a mapping"):
+        load_scenario(write(tmp_path, "- a\n- b\n"))
+
+
+def test_shipped_json_schema_is_current():
+    shipped = json.loads((REPO / "scenarios" / "scenario.schema.json").read_text())
+    assert shipped == json.loads(scenario_json_schema()), "regenerate: harness validate --schema > scenarios/scenario.schema.json"
