@@ -1,0 +1,538 @@
+"""Checks: evaluate a scenario's rules on a run directory and decide PASS / FAIL / INCONCLUSIVE.
+
+Fail closed: a rule never passes on missing evidence. Every precondition a rule relies on is
+listed in its result, and a violated one makes the rule INCONCLUSIVE with the reason.
+Statistics live in `harness.stats`; this module only gathers the numbers and applies the rules.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from harness import stats
+from harness.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
+from harness.rundir import RunDir, Trial, load_run_dir
+from harness.scenario import (
+    AcceptLengthCheck,
+    ExplainedGainCheck,
+    KernelCountCheck,
+    OutputIdentityCheck,
+    TpotGainCheck,
+)
+
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+EXIT_CODES = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+# The region whose units count EAGLE cycles (one verify per cycle); draft decode as a fallback.
+CYCLE_REGIONS = ("TARGET_VERIFY", "DRAFT_DECODE")
+
+
+@dataclass
+class Precondition:
+    what: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class RuleResult:
+    name: str
+    kind: str
+    description: str
+    verdict: str
+    reason: str
+    params: dict[str, Any]
+    numbers: dict[str, Any] = field(default_factory=dict)
+    preconditions: list[Precondition] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(asdict(self))
+
+
+@dataclass
+class CheckResults:
+    scenario: str
+    run_dir: str
+    aa: bool
+    run_status: str
+    verdict: str
+    rules: list[RuleResult]
+    variants: dict[str, dict[str, Any]]
+    evaluated_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": 1,
+            "scenario": self.scenario,
+            "run_dir": self.run_dir,
+            "aa": self.aa,
+            "run_status": self.run_status,
+            "evaluated_at": self.evaluated_at,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "variants": _jsonable(self.variants),
+            "rules": [r.to_dict() for r in self.rules],
+        }
+
+
+def overall_verdict(verdicts: list[str]) -> str:
+    """FAIL if any rule fails, else INCONCLUSIVE if any is inconclusive (or there are none), else PASS."""
+    if FAIL in verdicts:
+        return FAIL
+    if not verdicts or INCONCLUSIVE in verdicts:
+        return INCONCLUSIVE
+    return PASS
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types: numpy scalars to Python, non-finite floats to None."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def _params(check: Any) -> dict[str, Any]:
+    return check.model_dump(mode="json", exclude={"name", "kind", "description"})
+
+
+def _result(check: Any, verdict: str, reason: str, numbers: dict[str, Any] | None = None,
+            preconditions: list[Precondition] | None = None) -> RuleResult:
+    return RuleResult(
+        name=check.name, kind=check.kind, description=check.description, verdict=verdict, reason=reason,
+        params=_params(check), numbers=numbers or {}, preconditions=preconditions or [],
+    )
+
+
+def _failed_preconditions(preconditions: list[Precondition]) -> str | None:
+    failed = [p for p in preconditions if not p.ok]
+    if not failed:
+        return None
+    first = failed[0]
+    more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"{first.what}: {first.detail}{more}"
+
+
+# ---- trace facts ---------------------------------------------------------------------------------
+
+
+def analysis_files(run: RunDir, trial: Trial) -> list[dict[str, Any]]:
+    """The per-file (per-rank) sections of a profiled trial's trace analysis."""
+    analysis = run.analysis.get(trial.name)
+    if not analysis:
+        return []
+    return list(analysis.get("files") or [])
+
+
+def _is_cpu_only(file_facts: dict[str, Any]) -> bool:
+    return file_facts.get("validity", {}).get("kernels", 0) == 0 and file_facts.get("validity", {}).get("cpu_ops", 0) > 0
+
+
+def region_pattern_counts(file_facts: dict[str, Any], region: str, pattern: str) -> dict[str, Any] | None:
+    region_facts = (file_facts.get("regions") or {}).get(region)
+    if not region_facts:
+        return None
+    counts = (region_facts.get("counts") or {}).get(pattern)
+    if counts is None:
+        return None
+    return {**counts, "unit": region_facts.get("unit", counts.get("unit")), "units": region_facts.get("units", counts.get("replays"))}
+
+
+def _trace_validity(file_facts: dict[str, Any], *, max_unlabelled_fraction: float,
+                    where: str) -> list[Precondition]:
+    """The fail-closed preconditions of a count taken from one trace file (one rank)."""
+    v = file_facts.get("validity") or {}
+    out: list[Precondition] = []
+    kernels, ops = v.get("kernels", 0), v.get("cpu_ops", 0)
+    out.append(Precondition(f"{where}: trace recorded work", kernels > 0 or ops > 0,
+                            f"{kernels} kernels, {ops} CPU ops"))
+    mode = v.get("graph_trace_mode")
+    if mode is not None:
+        out.append(Precondition(f"{where}: nsys graph-trace mode is node", mode == "node",
+                                f"mode {mode!r}: graph mode records no kernels inside replays"))
+    if kernels > 0:
+        graph_launches = v.get("graph_launches", file_facts.get("graph_launches", 0))
+        unlabelled = v.get("unlabelled_graph_launches", 0)
+        fraction = unlabelled / graph_launches if graph_launches else 0.0
+        out.append(Precondition(f"{where}: graph launches labelled", fraction <= max_unlabelled_fraction,
+                                f"{unlabelled} of {graph_launches} graph launches have no region "
+                                f"(limit {max_unlabelled_fraction:.0%})"))
+        empty = v.get("graph_launches_without_kernels", 0)
+        out.append(Precondition(f"{where}: graph replays recorded their kernels", graph_launches == 0 or empty < graph_launches,
+                                f"{empty} of {graph_launches} graph launches have no kernels (a capture trace?)"))
+    return out
+
+
+# ---- rules -----------------------------------------------------------------------------------------
+
+
+def _bound(check: KernelCountCheck) -> tuple[str, int, Callable[[float], bool]]:
+    if check.equals is not None:
+        return "==", check.equals, lambda x: x == check.equals
+    if check.at_most is not None:
+        return "<=", check.at_most, lambda x: x <= check.at_most
+    return ">=", check.at_least, lambda x: x >= check.at_least  # type: ignore[operator]
+
+
+def _expects_absence(check: KernelCountCheck) -> bool:
+    return check.equals == 0 or check.at_most == 0
+
+
+def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
+    op, bound, holds = _bound(check)
+    limit = run.scenario.validity.max_unlabelled_fraction
+    preconditions: list[Precondition] = []
+    observations: list[dict[str, Any]] = []
+    for variant in check.variants:
+        trials = run.trials_of(variant, "profiled")
+        preconditions.append(Precondition(f"{variant}: profiled trial", bool(trials),
+                                          f"{len(trials)} profiled trial(s) completed"))
+        for trial in trials:
+            files = analysis_files(run, trial)
+            preconditions.append(Precondition(f"{trial.name}: trace analysis", bool(files),
+                                              f"{len(files)} trace file(s) analysed"))
+            for facts in files:
+                rank = facts.get("rank", 0)
+                where = f"{trial.name} rank {rank}"
+                preconditions += _trace_validity(facts, max_unlabelled_fraction=limit, where=where)
+                counts = region_pattern_counts(facts, check.region, check.pattern)
+                units = (counts or {}).get("replays") or 0
+                unit = (counts or {}).get("unit") or "graph_launch"
+                seen = Precondition(f"{where}: region {check.region} present", units > 0,
+                                    f"{units} {unit.replace('_', ' ')}(s) labelled {check.region}")
+                preconditions.append(seen)
+                if facts.get("validity", {}).get("kernels", 0) > 0:
+                    preconditions.append(Precondition(
+                        f"{where}: {check.region} runs as CUDA graphs", unit == "graph_launch",
+                        f"counting unit is {unit!r}: no graph launches in the region"))
+                if not units:
+                    continue
+                value = counts["total"] if check.per == "total" else (
+                    counts["per_replay_max"] if op in ("==", "<=") else counts["per_replay_min"])
+                if op == "==" and check.per == "replay":
+                    ok = counts["per_replay_min"] == bound and counts["per_replay_max"] == bound
+                else:
+                    ok = holds(value)
+                observations.append({
+                    "variant": variant, "trial": trial.name, "rank": rank, "region": check.region,
+                    "pattern": check.pattern, "unit": unit, "replays": units, "total": counts["total"],
+                    "per_replay_min": counts.get("per_replay_min"), "per_replay_max": counts.get("per_replay_max"),
+                    "time_us": counts.get("time_us"), "ok": bool(ok),
+                })
+    # A zero means nothing unless the analysis can see the pattern: the baseline must show it.
+    if _expects_absence(check):
+        baseline = "baseline" if "baseline" in run.scenario.variants else None
+        if baseline and baseline not in check.variants and not run.aa:
+            seen_in_baseline = 0
+            for trial in run.trials_of(baseline, "profiled"):
+                for facts in analysis_files(run, trial):
+                    counts = region_pattern_counts(facts, check.region, check.pattern)
+                    seen_in_baseline += (counts or {}).get("total") or 0
+            preconditions.append(Precondition(
+                f"{baseline}: shows {check.pattern} in {check.region}", seen_in_baseline > 0,
+                f"{seen_in_baseline} match(es) in the baseline's profiled trials; "
+                "zero in the candidate proves nothing if the baseline shows none either"))
+    numbers = {"observations": observations}
+    blocked = _failed_preconditions(preconditions)
+    failing = [o for o in observations if not o["ok"]]
+    what = "per replay" if check.per == "replay" else "in total"
+    if failing and not (op == ">=" and all(o["total"] == 0 for o in failing)):
+        o = failing[0]
+        got = o["total"] if check.per == "total" else f"{o['per_replay_min']}..{o['per_replay_max']}"
+        return _result(check, FAIL, f"{o['variant']} {o['trial']} rank {o['rank']}: {check.pattern} in "
+                       f"{check.region} {what} = {got}, expected {op} {bound}", numbers, preconditions)
+    if blocked:
+        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+    if failing:  # a lower bound met by nothing at all: blind analysis or a baseline that is not one
+        o = failing[0]
+        return _result(check, INCONCLUSIVE, f"{o['variant']} {o['trial']}: no {check.pattern} at all in "
+                       f"{check.region}: the analysis may be blind, or this variant is not what it claims",
+                       numbers, preconditions)
+    totals = sorted({o["total"] for o in observations})
+    return _result(check, PASS, f"{check.pattern} in {check.region} {what} {op} {bound} in "
+                   f"{len(observations)} trace(s) of {', '.join(check.variants)} (totals {totals})",
+                   numbers, preconditions)
+
+
+def timed_values(run: RunDir, variant: str, key: str) -> list[float]:
+    values = []
+    for trial in run.trials_of(variant, "timed"):
+        value = trial.summary.get(key)
+        if value is not None:
+            values.append(float(value))
+    return values
+
+
+def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> RuleResult:
+    base = timed_values(run, check.baseline, "accept_length")
+    cand = timed_values(run, check.candidate, "accept_length")
+    preconditions = [
+        Precondition(f"{check.baseline}: accept lengths", len(base) > 0, f"{len(base)} timed trial(s) with spec_verify_ct > 0"),
+        Precondition(f"{check.candidate}: accept lengths", len(cand) > 0, f"{len(cand)} timed trial(s) with spec_verify_ct > 0"),
+    ]
+    numbers: dict[str, Any] = {"baseline": base, "candidate": cand, "rel_tolerance": check.rel_tolerance, "min": check.min}
+    blocked = _failed_preconditions(preconditions)
+    if blocked:
+        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+    if check.min is not None:
+        for name, values in ((check.baseline, base), (check.candidate, cand)):
+            low = min(values)
+            if low < check.min:
+                return _result(check, FAIL, f"{name} accept length {low:.3f} is below the floor {check.min}",
+                               numbers, preconditions)
+    decision = stats.equivalence_within(base, cand, rel_tolerance=check.rel_tolerance, confidence=check.confidence)
+    est = decision.estimate
+    numbers.update({"ratio": est.ratio, "ci_low": est.ci_low, "ci_high": est.ci_high, "exact": decision.exact,
+                    "confidence": check.confidence})
+    return _result(check, decision.verdict, decision.reason, numbers, preconditions)
+
+
+def outputs_by_index(trial: Trial) -> dict[int, list[int]]:
+    frame = trial.requests
+    out: dict[int, list[int]] = {}
+    for row in frame.itertuples(index=False):
+        if isinstance(row.output_ids, list) and not (isinstance(row.error, str) and row.error):
+            out[int(row.index)] = list(row.output_ids)
+    return out
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleResult:
+    base_trials = run.trials_of(check.baseline, "timed")
+    cand_trials = run.trials_of(check.candidate, "timed")
+    preconditions = [
+        Precondition("greedy decoding", run.scenario.workload.temperature == 0,
+                     f"temperature {run.scenario.workload.temperature}: sampled outputs are not comparable"),
+        Precondition(f"{check.baseline}: timed trials", bool(base_trials), f"{len(base_trials)} completed"),
+        Precondition(f"{check.candidate}: timed trials", bool(cand_trials), f"{len(cand_trials)} completed"),
+    ]
+    numbers: dict[str, Any] = {"compared": 0, "identical": 0, "fraction": None, "first_difference": None}
+    blocked = _failed_preconditions(preconditions)
+    if blocked:
+        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+    reference_trial = base_trials[0]
+    reference = outputs_by_index(reference_trial)
+    compared = identical = 0
+    first = None
+    for trial in cand_trials:
+        for index, ids in sorted(outputs_by_index(trial).items()):
+            if index not in reference:
+                continue
+            compared += 1
+            if ids == reference[index]:
+                identical += 1
+            elif first is None:
+                pos = _first_difference(reference[index], ids)
+                first = {
+                    "request_index": index, "position": pos,
+                    "baseline_token": reference[index][pos] if pos < len(reference[index]) else None,
+                    "candidate_token": ids[pos] if pos < len(ids) else None,
+                    "baseline_trial": reference_trial.name, "candidate_trial": trial.name,
+                }
+    # The baseline against itself: greedy decoding must be deterministic, or a difference means nothing.
+    self_differences = 0
+    for trial in base_trials[1:]:
+        for index, ids in outputs_by_index(trial).items():
+            self_differences += int(index in reference and ids != reference[index])
+    fraction = identical / compared if compared else None
+    numbers.update({"compared": compared, "identical": identical, "fraction": fraction,
+                    "first_difference": first, "baseline_self_differences": self_differences})
+    if not compared:
+        return _result(check, INCONCLUSIVE, "no request completed in both variants: nothing to compare",
+                       numbers, preconditions)
+    if fraction < check.min_fraction:
+        where = (f"; first: request {first['request_index']} token {first['position']} "
+                 f"({first['baseline_token']} vs {first['candidate_token']})") if first else ""
+        nondet = (f"; note: the baseline differs from itself in {self_differences} request(s)"
+                  if self_differences else "")
+        return _result(check, FAIL, f"{identical}/{compared} outputs identical ({fraction:.1%} < "
+                       f"{check.min_fraction:.1%}){where}{nondet}", numbers, preconditions)
+    return _result(check, PASS, f"{identical}/{compared} greedy outputs identical", numbers, preconditions)
+
+
+def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck) -> RuleResult:
+    base = timed_values(run, check.baseline, "median_tpot_ms")
+    cand = timed_values(run, check.candidate, "median_tpot_ms")
+    decision = stats.tpot_gain_decision(base, cand, min_gain=check.min_gain, confidence=check.confidence,
+                                        alpha=check.alpha, resamples=check.resamples, seed=check.seed)
+    est = decision.estimate
+    numbers = {
+        "baseline_ms": base, "candidate_ms": cand, "ratio": est.ratio, "ci_low": est.ci_low,
+        "ci_high": est.ci_high, "confidence": est.confidence, "gain": decision.gain, "p_value": decision.p_value,
+        "min_gain": check.min_gain, "min_detectable_gain": decision.mde,
+        "gain_needed_to_pass": decision.gain_needed_to_pass, "fail_kind": decision.fail_kind,
+        "reliable": est.reliable, "method": est.method,
+    }
+    preconditions = [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS, f"{len(v)} trial(s) with a TPOT "
+                                  f"(at least {stats.MIN_TRIALS} needed for a verdict)")
+                     for name, v in ((check.baseline, base), (check.candidate, cand))]
+    return _result(check, decision.verdict, decision.reason, numbers, preconditions)
+
+
+def _pattern_time_per_cycle(run: RunDir, variant: str, pattern: str, regions: list[str]) -> tuple[float, int] | None:
+    """Mean time (us) of `pattern` in `regions` per EAGLE cycle, over the variant's profiled traces."""
+    time_us, cycles = 0.0, 0
+    for trial in run.trials_of(variant, "profiled"):
+        for facts in analysis_files(run, trial):
+            if facts.get("rank", 0) != 0:
+                continue  # ranks run in parallel: one rank's cycles are the cycles
+            for region in regions:
+                counts = region_pattern_counts(facts, region, pattern)
+                time_us += float((counts or {}).get("time_us") or 0.0)
+            for region in CYCLE_REGIONS:
+                counts = region_pattern_counts(facts, region, pattern)
+                if counts and counts.get("replays"):
+                    cycles += int(counts["replays"])
+                    break
+    return (time_us / cycles, cycles) if cycles else None
+
+
+def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResult:
+    base_t = timed_values(run, check.baseline, "median_tpot_ms")
+    cand_t = timed_values(run, check.candidate, "median_tpot_ms")
+    base_pc = _pattern_time_per_cycle(run, check.baseline, check.pattern, check.regions)
+    cand_pc = _pattern_time_per_cycle(run, check.candidate, check.pattern, check.regions)
+    accept = timed_values(run, check.baseline, "accept_length")
+    preconditions = [
+        Precondition("timed trials in both variants", bool(base_t) and bool(cand_t), f"{len(base_t)} and {len(cand_t)}"),
+        Precondition(f"{check.baseline}: cycles in the profile", base_pc is not None, "no TARGET_VERIFY or DRAFT_DECODE units"),
+        Precondition(f"{check.candidate}: cycles in the profile", cand_pc is not None, "no TARGET_VERIFY or DRAFT_DECODE units"),
+        Precondition(f"{check.baseline}: accept length", bool(accept), "needed to turn time per cycle into time per token"),
+    ]
+    numbers: dict[str, Any] = {}
+    blocked = _failed_preconditions(preconditions)
+    if blocked:
+        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+    measured = float(np.median(base_t) - np.median(cand_t))
+    tokens_per_cycle = float(np.median(accept))
+    removed_us = base_pc[0] - cand_pc[0]
+    predicted = removed_us / tokens_per_cycle / 1000.0
+    ratio = measured / predicted if predicted > 0 else None
+    numbers = {"measured_saving_ms": measured, "predicted_saving_ms": predicted, "ratio": ratio,
+               "removed_us_per_cycle": removed_us, "tokens_per_cycle": tokens_per_cycle,
+               "baseline_pattern_us_per_cycle": base_pc[0], "candidate_pattern_us_per_cycle": cand_pc[0],
+               "profiled_cycles": {"baseline": base_pc[1], "candidate": cand_pc[1]}}
+    summary = (f"measured TPOT saving {measured * 1000:.1f} us/token; the traces predict {predicted * 1000:.1f} "
+               f"us/token ({removed_us:.1f} us of {check.pattern} removed per cycle / {tokens_per_cycle:.2f} tokens)")
+    if predicted <= 0:
+        return _result(check, INCONCLUSIVE, f"{summary}: nothing removed, so nothing to explain", numbers, preconditions)
+    summary += f"; ratio {ratio:.2f}"
+    if check.min_ratio is not None and ratio < check.min_ratio:
+        return _result(check, FAIL, f"{summary} < {check.min_ratio}", numbers, preconditions)
+    if check.max_ratio is not None and ratio > check.max_ratio:
+        return _result(check, FAIL, f"{summary} > {check.max_ratio}", numbers, preconditions)
+    return _result(check, PASS, summary, numbers, preconditions)
+
+
+EVALUATORS: dict[str, Callable[[RunDir, Any], RuleResult]] = {
+    "kernel_count": evaluate_kernel_count,
+    "accept_length": evaluate_accept_length,
+    "output_identity": evaluate_output_identity,
+    "tpot_gain": evaluate_tpot_gain,
+    "explained_gain": evaluate_explained_gain,
+}
+
+
+def evaluate_aa_noise(run: RunDir) -> RuleResult:
+    """A/A: both arms run the same variant. Any PASS or FAIL of the TPOT rule is a false verdict."""
+    tpot_rules = [c for c in run.scenario.checks if isinstance(c, TpotGainCheck)]
+    min_gain = tpot_rules[0].min_gain if tpot_rules else 0.01
+    a = timed_values(run, "baseline", "median_tpot_ms")
+    b = timed_values(run, "candidate", "median_tpot_ms")
+    decision = stats.tpot_gain_decision(a, b, min_gain=min_gain)
+    floor = stats.noise_floor(a, b, min_gain=min_gain)
+    floor_d = floor.to_dict()
+    numbers = {"a_ms": a, "b_ms": b, "decision": decision.to_dict(), "noise": floor_d, "min_gain": min_gain}
+    check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
+                          description="A/A: the TPOT rule on two arms of the same variant")
+    # With min_gain > 0, "gain below min_gain" is the right answer on A/A data; only a PASS or a
+    # "slower" FAIL is false.
+    if decision.verdict == PASS or decision.fail_kind == "slower":
+        return RuleResult(check.name, "aa_noise", check.description, FAIL,
+                          f"false {decision.verdict} on A/A data: {decision.reason}", _params(check), numbers)
+    if len(a) < stats.MIN_TRIALS or len(b) < stats.MIN_TRIALS:
+        return RuleResult(check.name, "aa_noise", check.description, INCONCLUSIVE,
+                          f"too few timed trials ({len(a)} and {len(b)})", _params(check), numbers)
+    return RuleResult(check.name, "aa_noise", check.description, PASS, _aa_summary(floor_d, min_gain, len(a)),
+                      _params(check), numbers)
+
+
+def _aa_summary(floor: dict[str, Any], min_gain: float, n: int) -> str:
+    parts = []
+    if floor.get("cv") is not None:
+        parts.append(f"TPOT noise (CV of trial medians) {floor['cv']:.2%}")
+    if floor.get("mde") is not None:
+        parts.append(f"smallest detectable gain with {n} trials/arm {floor['mde']:.2%}")
+    if floor.get("repetitions_needed") is not None:
+        parts.append(f"repetitions needed for min_gain {min_gain:.1%}: {floor['repetitions_needed']}")
+    return "no false verdict; " + "; ".join(parts)
+
+
+def evaluate_run(run: RunDir) -> CheckResults:
+    rules: list[RuleResult] = []
+    if not run.complete:
+        rules.append(RuleResult("run_complete", "validity", "every planned trial ran", INCONCLUSIVE,
+                                f"the run is {run.run.get('status', 'unknown')}: {run.run.get('error') or 'not every trial ran'}",
+                                {}, {}))
+    if run.aa:
+        rules.append(evaluate_aa_noise(run))
+        for check in run.scenario.checks:
+            if isinstance(check, (AcceptLengthCheck, OutputIdentityCheck)):
+                rules.append(EVALUATORS[check.kind](run, check))
+    else:
+        for check in run.scenario.checks:
+            rules.append(EVALUATORS[check.kind](run, check))
+    variants = {
+        name: {
+            "timed_trials": [t.name for t in run.trials_of(name, "timed")],
+            "profiled_trials": [t.name for t in run.trials_of(name, "profiled")],
+            "median_tpot_ms": timed_values(run, name, "median_tpot_ms"),
+            "accept_length": timed_values(run, name, "accept_length"),
+        }
+        for name in sorted({t.variant for t in run.trials} | set(run.scenario.variants))
+    }
+    return CheckResults(
+        scenario=run.scenario.name, run_dir=str(run.path), aa=run.aa,
+        run_status=run.run.get("status", "unknown"), verdict=overall_verdict([r.verdict for r in rules]),
+        rules=rules, variants=variants,
+    )
+
+
+def write_results(run_dir: Path, results: CheckResults) -> Path:
+    path = Path(run_dir) / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def check_run_dir(run_dir: str | Path, *, scenario_path: str | Path | None = None) -> CheckResults:
+    """Evaluate a stored run (optionally under another scenario's rules) and write results.json."""
+    run = load_run_dir(run_dir, scenario_path=scenario_path)
+    results = evaluate_run(run)
+    write_results(run.path, results)
+    return results

@@ -1,0 +1,126 @@
+"""`harness compare RUN_A RUN_B`: did one variant change between two stored runs of a scenario?
+
+RUN_A is the reference (e.g. yesterday's main), RUN_B the new one. The same statistics as the
+checks: per-trial median TPOT, a bootstrap interval of the ratio B/A, and fail-closed verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.errors import HarnessInputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", metavar="RUN_A", help="the reference run directory")
+    parser.add_argument("run_b", metavar="RUN_B", help="the new run directory")
+    parser.add_argument("--variant", default="candidate", help="which variant to compare (default: candidate)")
+    parser.add_argument("--max-slowdown", type=float, default=0.02, metavar="FRACTION",
+                        help="TPOT of B may exceed A's by at most this fraction (default 0.02)")
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def compare_runs(run_a: Any, run_b: Any, *, variant: str, max_slowdown: float, confidence: float = 0.95,
+                 seed: int = 0) -> Any:
+    """Rules comparing one variant across two runs; returns CheckResults (not written to either run)."""
+    from harness import stats
+    from harness.checks import (
+        FAIL, INCONCLUSIVE, PASS, CheckResults, Precondition, RuleResult, analysis_files, outputs_by_index,
+        region_pattern_counts, timed_values, overall_verdict,
+    )
+
+    def rule(name: str, kind: str, description: str, verdict: str, reason: str, numbers: dict[str, Any],
+             preconditions: list[Precondition] | None = None) -> RuleResult:
+        params = {"variant": variant, "max_slowdown": max_slowdown, "confidence": confidence}
+        return RuleResult(name, kind, description, verdict, reason, params, numbers, preconditions or [])
+
+    rules: list[RuleResult] = []
+    a = timed_values(run_a, variant, "median_tpot_ms")
+    b = timed_values(run_b, variant, "median_tpot_ms")
+    estimate = stats.ratio_of_medians_ci(a, b, confidence=confidence, seed=seed)
+    e = estimate.to_dict()
+    limit = 1.0 + max_slowdown
+    numbers = {"a_ms": a, "b_ms": b, **e}
+    if len(a) < 2 or len(b) < 2 or not estimate.reliable:
+        verdict, reason = INCONCLUSIVE, f"too little data: {estimate.reason or f'{len(a)} and {len(b)} trials'}"
+    elif estimate.ci_high < limit:
+        verdict, reason = PASS, (f"TPOT B/A = {estimate.ratio:.4f} (CI {estimate.ci_low:.4f}..{estimate.ci_high:.4f}) "
+                                 f"is below the allowed {limit:.3f}")
+    elif estimate.ci_low > limit:
+        verdict, reason = FAIL, (f"TPOT B/A = {estimate.ratio:.4f} (CI {estimate.ci_low:.4f}..{estimate.ci_high:.4f}): "
+                                 f"B is slower than A by more than {max_slowdown:.1%}")
+    else:
+        verdict, reason = INCONCLUSIVE, (f"TPOT B/A = {estimate.ratio:.4f} (CI {estimate.ci_low:.4f}.."
+                                         f"{estimate.ci_high:.4f}) straddles the allowed {limit:.3f}: more trials needed")
+    rules.append(rule("tpot_not_slower", "tpot_change", "B's TPOT is not worse than A's beyond the tolerance",
+                      verdict, reason, numbers))
+
+    acc_a = timed_values(run_a, variant, "accept_length")
+    acc_b = timed_values(run_b, variant, "accept_length")
+    if acc_a and acc_b:
+        d = stats.equivalence_within(acc_a, acc_b, rel_tolerance=0.01)
+        rules.append(rule("accept_length_unchanged", "accept_length", "accept length within 1%", d.verdict,
+                          d.reason, {"a": acc_a, "b": acc_b, **d.to_dict()}))
+    else:
+        rules.append(rule("accept_length_unchanged", "accept_length", "accept length within 1%", INCONCLUSIVE,
+                          "no accept lengths in one of the runs", {"a": acc_a, "b": acc_b}))
+
+    trials_a, trials_b = run_a.trials_of(variant, "timed"), run_b.trials_of(variant, "timed")
+    greedy = run_a.scenario.workload.temperature == 0 and run_b.scenario.workload.temperature == 0
+    if greedy and trials_a and trials_b:
+        ref, new = outputs_by_index(trials_a[0]), outputs_by_index(trials_b[0])
+        common = sorted(set(ref) & set(new))
+        same = sum(ref[i] == new[i] for i in common)
+        verdict = INCONCLUSIVE if not common else (PASS if same == len(common) else FAIL)
+        rules.append(rule("outputs_unchanged", "output_identity", "greedy outputs identical across runs", verdict,
+                          f"{same}/{len(common)} outputs identical", {"compared": len(common), "identical": same}))
+
+    counts: dict[tuple[str, str], dict[str, Any]] = {}
+    for label, run in (("a", run_a), ("b", run_b)):
+        for trial in run.trials_of(variant, "profiled"):
+            for facts in analysis_files(run, trial):
+                for region in (facts.get("regions") or {}):
+                    for pattern in run.scenario.patterns:
+                        c = region_pattern_counts(facts, region, pattern)
+                        if c and c.get("replays"):
+                            counts.setdefault((region, pattern), {})[label] = c.get("per_replay_max")
+    changed = {f"{r}/{p}": v for (r, p), v in counts.items() if v.get("a") != v.get("b")}
+    if counts:
+        rules.append(rule("pattern_counts_unchanged", "kernel_count", "matches per replay in each region",
+                          FAIL if changed else PASS,
+                          ("changed: " + ", ".join(f"{k} {v.get('a')} -> {v.get('b')}" for k, v in sorted(changed.items())))
+                          if changed else f"{len(counts)} region/pattern counts identical",
+                          {"counts": {f"{r}/{p}": v for (r, p), v in sorted(counts.items())}}))
+    variants = {
+        "A": {"run_dir": str(run_a.path), "median_tpot_ms": a, "accept_length": acc_a},
+        "B": {"run_dir": str(run_b.path), "median_tpot_ms": b, "accept_length": acc_b},
+    }
+    return CheckResults(scenario=run_a.scenario.name, run_dir=f"{run_a.path} vs {run_b.path}", aa=False,
+                        run_status="complete" if run_a.complete and run_b.complete else "incomplete",
+                        verdict=overall_verdict([r.verdict for r in rules]), rules=rules, variants=variants)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.check import print_results
+    from harness.rundir import load_run_dir
+
+    run_a, run_b = load_run_dir(args.run_a), load_run_dir(args.run_b)
+    if run_a.scenario.name != run_b.scenario.name:
+        raise HarnessInputError(
+            f"{args.run_b}: scenario {run_b.scenario.name!r} differs from {args.run_a}'s {run_a.scenario.name!r}"
+        )
+    for path, r in ((args.run_a, run_a), (args.run_b, run_b)):
+        if args.variant not in {t.variant for t in r.trials}:
+            raise HarnessInputError(f"{path}: no trials of variant {args.variant!r}")
+    results = compare_runs(run_a, run_b, variant=args.variant, max_slowdown=args.max_slowdown,
+                           confidence=args.confidence, seed=args.seed)
+    if args.json:
+        print(json.dumps(results.to_dict(), indent=2))
+    else:
+        print_results(results)
+    return results.exit_code

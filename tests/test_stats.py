@@ -1,0 +1,417 @@
+"""Tests for harness.stats: known distributions, seeded; every test runs with warnings as errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+from harness import stats as S
+
+B = 2000  # bootstrap resamples in tests: plenty for the checks below, and fast
+
+
+@pytest.fixture(autouse=True)
+def _warnings_are_errors():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def lognormal(rng: np.random.Generator, scale: float, cv: float, n: int) -> np.ndarray:
+    """n values with median `scale` and relative spread `cv` (sd of the logs)."""
+    return scale * np.exp(rng.normal(0.0, cv, n))
+
+
+def assert_plain_json(obj) -> None:
+    """to_dict() output: only JSON types (no numpy scalars), no NaN/inf."""
+    json.dumps(obj, allow_nan=False)
+
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                assert isinstance(k, str)
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+        else:
+            assert x is None or type(x) in (str, int, float, bool), (type(x), x)
+
+    walk(obj)
+
+
+def verdicts(decisions) -> dict[str, float]:
+    keys = [d.verdict + (f"_{d.fail_kind}" if d.fail_kind else "") for d in decisions]
+    return {k: keys.count(k) / len(keys) for k in set(keys)}
+
+
+# --- (a) a clear gain -------------------------------------------------------------------------------
+
+
+def test_clear_gain_passes_with_interval_covering_truth():
+    rng = np.random.default_rng(1)
+    base = lognormal(rng, 10.0, 0.01, 8)
+    cand = lognormal(rng, 9.0, 0.01, 8)
+    d = S.tpot_gain_decision(base, cand, min_gain=0.02, resamples=B, seed=0)
+    assert d.verdict == S.PASS, d.reason
+    est = d.estimate
+    assert est.reliable and est.method == "percentile-bootstrap"
+    assert est.ratio == pytest.approx(0.90, abs=0.01)
+    assert est.ci_low <= 0.90 <= est.ci_high
+    assert est.ci_high < 0.98
+    assert d.gain == pytest.approx(1 - est.ratio)
+    assert d.p_pass < 0.025 and d.p_value < 0.05
+    assert d.fail_kind is None
+    assert (est.n_baseline, est.n_candidate, est.confidence) == (8, 8, 0.95)
+    assert_plain_json(d.to_dict())
+    assert d.to_dict()["estimate"]["ratio"] == est.ratio
+
+
+def test_seeded_and_deterministic():
+    rng = np.random.default_rng(2)
+    base, cand = lognormal(rng, 10, 0.02, 7), lognormal(rng, 9.5, 0.02, 7)
+    a = S.ratio_of_medians_ci(base, cand, resamples=B, seed=5)
+    b = S.ratio_of_medians_ci(list(base), list(cand), resamples=B, seed=5)
+    assert a == b
+    c = S.ratio_of_medians_ci(base, cand, resamples=B, seed=6)
+    assert c.ratio == a.ratio  # the point estimate does not depend on the seed
+
+
+# --- (b) identical timings are not evidence ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "base, cand",
+    [
+        ([10.0] * 8, [10.0] * 8),
+        ([10.0] * 8, [8.0] * 8),  # a "20% gain" with zero noise is still not a measurement
+        ([10.0] * 8, [8.0, 8.1, 7.9, 8.05, 7.95, 8.02, 7.98, 8.01]),  # zero spread in one arm
+    ],
+)
+def test_identical_values_are_inconclusive_never_pass(base, cand):
+    d = S.tpot_gain_decision(base, cand, min_gain=0.02, resamples=B)
+    assert d.verdict == S.INCONCLUSIVE
+    assert "identical" in d.reason
+    assert not d.estimate.reliable
+    assert_plain_json(d.to_dict())
+
+
+def test_identical_values_estimate_is_exact_point():
+    est = S.ratio_of_medians_ci([10.0] * 5, [9.0] * 5, resamples=B)
+    assert (est.ratio, est.ci_low, est.ci_high) == (0.9, 0.9, 0.9)
+    assert est.method == "exact" and not est.reliable
+
+
+# --- (c), (d) failures ------------------------------------------------------------------------------
+
+
+def test_ten_percent_slower_fails():
+    rng = np.random.default_rng(3)
+    base, cand = lognormal(rng, 10, 0.02, 8), lognormal(rng, 11, 0.02, 8)
+    d = S.tpot_gain_decision(base, cand, min_gain=0.02, resamples=B)
+    assert d.verdict == S.FAIL and d.fail_kind == "slower", d.reason
+    assert d.estimate.ci_low > 1.0 and d.p_slower < 0.025
+    assert "slower" in d.reason
+
+
+def test_gain_significantly_below_min_gain_fails():
+    rng = np.random.default_rng(4)
+    base, cand = lognormal(rng, 10, 0.002, 8), lognormal(rng, 9.9, 0.002, 8)
+    d = S.tpot_gain_decision(base, cand, min_gain=0.05, resamples=B)
+    assert d.verdict == S.FAIL and d.fail_kind == "below_min_gain", d.reason
+    assert 0.95 < d.estimate.ci_low and d.estimate.ci_high < 1.0
+    assert d.gain == pytest.approx(0.01, abs=0.003)
+
+
+def test_noisy_small_gain_is_inconclusive_with_mde():
+    rng = np.random.default_rng(5)
+    base, cand = lognormal(rng, 10, 0.03, 6), lognormal(rng, 9.8, 0.03, 6)
+    d = S.tpot_gain_decision(base, cand, min_gain=0.02, resamples=B)
+    assert d.verdict == S.INCONCLUSIVE, d.reason
+    assert d.mde is not None and 0.01 < d.mde < 0.2
+    assert d.gain_needed_to_pass == pytest.approx(1 - 0.98 * (1 - d.mde))
+    assert "detect gains" in d.reason
+
+
+def test_min_gain_zero_is_a_plain_two_sided_test():
+    rng = np.random.default_rng(6)
+    base, cand = lognormal(rng, 10, 0.01, 8), lognormal(rng, 9.8, 0.01, 8)
+    assert S.tpot_gain_decision(base, cand, min_gain=0.0, resamples=B).verdict == S.PASS
+    assert S.tpot_gain_decision(cand, base, min_gain=0.0, resamples=B).fail_kind == "slower"
+
+
+# --- (e) A/A false verdicts and power ---------------------------------------------------------------
+
+
+def _draws(n_draws: int, n: int, cv: float, true_ratio: float, min_gain: float, seed: int):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n_draws):
+        base, cand = lognormal(rng, 10, cv, n), lognormal(rng, 10 * true_ratio, cv, n)
+        out.append(S.tpot_gain_decision(base, cand, min_gain=min_gain, resamples=B, seed=i))
+    return verdicts(out)
+
+
+def test_aa_false_verdict_rate_at_most_5_percent():
+    # min_gain = 0: every PASS or FAIL on A/A data is false.
+    rates = _draws(300, 6, 0.02, 1.0, 0.0, seed=10)
+    assert rates.get("PASS", 0) + rates.get("FAIL_slower", 0) <= 0.05, rates
+    # min_gain = 2% at cv 2%: PASS and FAIL "slower" are false; FAIL "below_min_gain" is correct.
+    rates = _draws(300, 6, 0.02, 1.0, 0.02, seed=11)
+    assert rates.get("PASS", 0) == 0.0, rates
+    assert rates.get("PASS", 0) + rates.get("FAIL_slower", 0) <= 0.05, rates
+
+
+def test_power_true_ten_percent_gain():
+    rates = _draws(300, 6, 0.02, 0.90, 0.02, seed=12)
+    assert rates.get("PASS", 0) >= 0.80, rates
+
+
+def test_false_verdict_rate_on_aa_splits():
+    rng = np.random.default_rng(13)
+    values = lognormal(rng, 10, 0.02, 24)
+    r = S.false_verdict_rate(values, min_gain=0.0, n_splits=200, seed=1, resamples=B)
+    assert r["n_values"] == 24 and r["per_arm"] == 12 and r["meets_minimum"]
+    assert r["pass"] + r["fail"] + r["inconclusive"] == pytest.approx(1.0)
+    assert r["pass_or_fail"] == r["false_verdict_rate"]  # min_gain = 0
+    assert r["pass_or_fail"] <= 0.05, r
+    assert_plain_json(r)
+    small = dict(min_gain=0.02, n_splits=20, per_arm=6, seed=2, resamples=B)
+    assert S.false_verdict_rate(values, **small) == S.false_verdict_rate(values, **small)
+    with pytest.raises(ValueError):
+        S.false_verdict_rate(values[:3], min_gain=0.02)
+
+
+# --- (f) coverage -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [6, 12])
+def test_bootstrap_interval_coverage(n):
+    rng = np.random.default_rng(20 + n)
+    hits = 0
+    draws = 200
+    for i in range(draws):
+        base, cand = lognormal(rng, 10, 0.03, n), lognormal(rng, 9, 0.03, n)
+        est = S.ratio_of_medians_ci(base, cand, resamples=B, seed=i)
+        hits += est.ci_low <= 0.9 <= est.ci_high
+    assert 0.88 <= hits / draws <= 0.99, hits / draws
+
+
+# --- (g) equivalence (accept length) ----------------------------------------------------------------
+
+
+def test_equivalence_identical_deterministic_values_pass():
+    d = S.equivalence_within([3.2] * 5, [3.2] * 5, rel_tolerance=0.01)
+    assert d.verdict == S.PASS and d.exact
+    assert d.estimate.ratio == 1.0 and d.estimate.method == "exact"
+    assert_plain_json(d.to_dict())
+
+
+def test_equivalence_exactly_five_percent_apart_fails():
+    d = S.equivalence_within([3.0] * 4, [3.15] * 4, rel_tolerance=0.01)
+    assert d.verdict == S.FAIL and d.exact
+    assert "outside" in d.reason
+
+
+def test_equivalence_exact_on_the_boundary_passes():
+    assert S.equivalence_within([3.0] * 3, [3.03] * 3, rel_tolerance=0.01).verdict == S.PASS
+
+
+def test_equivalence_noisy_overlapping_is_inconclusive():
+    rng = np.random.default_rng(30)
+    base, cand = rng.normal(3.0, 0.05, 5), rng.normal(3.03, 0.05, 5)
+    d = S.equivalence_within(base, cand, rel_tolerance=0.01)
+    assert d.verdict == S.INCONCLUSIVE, d.reason
+    assert d.estimate.ci_low < 1.01 < d.estimate.ci_high or d.estimate.ci_low < 0.99 < d.estimate.ci_high
+
+
+def test_equivalence_noisy_tight_pass_and_clear_difference_fail():
+    rng = np.random.default_rng(31)
+    base, cand = rng.normal(3.0, 0.005, 8), rng.normal(3.0, 0.005, 8)
+    assert S.equivalence_within(base, cand, rel_tolerance=0.01).verdict == S.PASS
+    cand2 = rng.normal(3.3, 0.01, 8)
+    d = S.equivalence_within(base, cand2, rel_tolerance=0.01)
+    assert d.verdict == S.FAIL and not d.exact and d.estimate.method == "welch-t-log"
+
+
+def test_equivalence_interval_coverage():
+    rng = np.random.default_rng(32)
+    hits = 0
+    for _ in range(400):
+        est = S.equivalence_within(rng.normal(3, 0.1, 5), rng.normal(3, 0.1, 4), rel_tolerance=0.01).estimate
+        hits += est.ci_low <= 1.0 <= est.ci_high
+    assert 0.85 <= hits / 400 <= 0.95  # nominal 0.90
+
+
+# --- (h) degenerate inputs: fail closed, no exceptions, no warnings ---------------------------------
+
+GOOD = [10.0, 10.2, 9.9, 10.1, 10.05, 9.95]
+BAD_INPUTS = [
+    ([10.0], [9.0]),
+    ([10.0], GOOD),
+    ([], GOOD),
+    (GOOD, []),
+    ([10.0, math.nan, 10.1, 9.9, 10.0], GOOD),
+    (GOOD, [9.0, math.inf, 9.1, 9.0, 9.2]),
+    (GOOD, [0.0, 0.0, 0.0, 0.0, 0.0]),
+    ([0.0] * 6, [0.0] * 6),
+    (GOOD, [-1.0, 9.0, 9.1, 9.2, 9.0]),
+    (GOOD, ["a", "b"]),
+    (GOOD, [1.0, None, 2.0]),
+]
+
+
+@pytest.mark.parametrize("base, cand", BAD_INPUTS)
+def test_degenerate_inputs_are_inconclusive(base, cand):
+    d = S.tpot_gain_decision(base, cand, min_gain=0.02, resamples=B)
+    assert d.verdict == S.INCONCLUSIVE
+    assert d.reason
+    assert_plain_json(d.to_dict())
+    e = S.equivalence_within(base, cand, rel_tolerance=0.01)
+    assert e.verdict == S.INCONCLUSIVE and e.reason
+    assert_plain_json(e.to_dict())
+    nf = S.noise_floor(base, cand, min_gain=0.02, resamples=B)
+    assert not nf.reliable and nf.reason
+    assert_plain_json(nf.to_dict())
+
+
+def test_two_trials_per_arm():
+    # Too few for a TPOT verdict (the interval is unreliable below MIN_TRIALS) ...
+    d = S.tpot_gain_decision([10.0, 10.1], [9.0, 9.1], min_gain=0.02, resamples=B)
+    assert d.verdict == S.INCONCLUSIVE and "trial" in d.reason
+    # ... but a t interval is valid at n = 2: a 10% lower accept length is a clear FAIL.
+    e = S.equivalence_within([10.0, 10.1], [9.0, 9.1], rel_tolerance=0.01)
+    assert e.verdict == S.FAIL and e.estimate.ci_high < 0.99
+
+
+@pytest.mark.parametrize("base, cand", [([10.0], [9.0]), ([10.0, 10.0], [9.0, 9.5]), ([5.0], [5.0])])
+def test_small_n_estimates_have_no_nan(base, cand):
+    est = S.ratio_of_medians_ci(base, cand, resamples=B)
+    assert not est.reliable and "trial" in est.reason
+    for v in (est.ratio, est.ci_low, est.ci_high):
+        assert v is not None and math.isfinite(v)
+
+
+def test_nan_reason_is_specific():
+    d = S.tpot_gain_decision([10.0, math.nan] * 3, GOOD, min_gain=0.02)
+    assert "NaN" in d.reason and d.estimate.ratio is None
+
+
+def test_programmer_errors_raise():
+    for bad in (1.0, -0.1, 1.5):
+        with pytest.raises(ValueError):
+            S.tpot_gain_decision(GOOD, GOOD, min_gain=bad)
+    with pytest.raises(ValueError):
+        S.tpot_gain_decision(GOOD, GOOD, min_gain=0.02, confidence=1.0)
+    with pytest.raises(ValueError):
+        S.equivalence_within(GOOD, GOOD, rel_tolerance=0.0)
+    with pytest.raises(ValueError):
+        S.ratio_of_medians_ci(GOOD, GOOD, resamples=10)
+    with pytest.raises(ValueError):
+        S.mann_whitney(GOOD, GOOD, alternative="bigger")
+
+
+# --- rank test --------------------------------------------------------------------------------------
+
+
+def test_mann_whitney_matches_scipy_exact_without_ties():
+    rng = np.random.default_rng(40)
+    for _ in range(50):
+        m, n = rng.integers(2, 15, 2)
+        b, c = rng.normal(size=m), rng.normal(0.5, 1, size=n)
+        for alt in ("two-sided", "less", "greater"):
+            ref = st.mannwhitneyu(c, b, alternative=alt, method="exact")
+            got = S.mann_whitney(b, c, alt)
+            assert got.statistic == ref.statistic
+            assert got.p_value == pytest.approx(min(1.0, ref.pvalue), rel=1e-12, abs=1e-15)
+
+
+def test_mann_whitney_ties_match_scipy_permutation():
+    rng = np.random.default_rng(41)
+    for _ in range(10):
+        m, n = rng.integers(2, 7, 2)
+        b, c = rng.integers(0, 4, m).astype(float), rng.integers(1, 5, n).astype(float)
+        if np.all(np.concatenate([b, c]) == b[0]):
+            continue
+        for alt in ("two-sided", "less", "greater"):
+            ref = st.mannwhitneyu(c, b, alternative=alt, method=st.PermutationMethod(n_resamples=10**5))
+            got = S.mann_whitney(b, c, alt)
+            assert got.statistic == ref.statistic
+            assert got.p_value == pytest.approx(min(1.0, ref.pvalue), rel=1e-9)
+
+
+def test_mann_whitney_large_samples_use_normal_approximation():
+    rng = np.random.default_rng(42)
+    b, c = rng.normal(size=60), rng.normal(0.3, 1, size=60)
+    ref = st.mannwhitneyu(c, b, method="asymptotic")
+    assert S.mann_whitney(b, c).p_value == pytest.approx(ref.pvalue)
+
+
+def test_mann_whitney_direction_identical_and_ties():
+    b, c = [10.0, 10.1, 10.2, 10.3], [9.0, 9.1, 9.2, 9.3]
+    stat, p = S.mann_whitney(b, c, "less")  # unpacks as a tuple
+    assert stat == 0.0 and p == pytest.approx(1 / 70)
+    assert S.mann_whitney(b, c, "greater").p_value == 1.0
+    assert S.mann_whitney([5.0] * 4, [5.0] * 6) == (12.0, 1.0)
+    tied = S.mann_whitney([1.0, 1.0, 2.0, 3.0, 3.0], [1.0, 2.0, 2.0, 4.0, 5.0], "greater")
+    assert 0.0 < tied.p_value <= 1.0
+    with pytest.raises(ValueError):
+        S.mann_whitney([], [1.0])
+
+
+# --- (i) A/A mode: noise floor, MDE, repetitions ----------------------------------------------------
+
+
+def test_repetitions_needed_monotone_and_sane():
+    n = S.repetitions_needed(0.02, 0.02)
+    assert S.MIN_TRIALS <= n <= 50, n
+    cvs = [0.0, 0.005, 0.01, 0.02, 0.04, 0.08]
+    by_cv = [S.repetitions_needed(cv, 0.02) for cv in cvs]
+    assert by_cv == sorted(by_cv) and by_cv[-1] > by_cv[0]
+    gains = [0.005, 0.01, 0.02, 0.05, 0.1]
+    by_gain = [S.repetitions_needed(0.02, g) for g in gains]
+    assert by_gain == sorted(by_gain, reverse=True) and by_gain[0] > by_gain[-1]
+    assert S.repetitions_needed(0.0, 0.02) == S.MIN_TRIALS
+    # Planning for a PASS with an expected 10% gain and min_gain 2% needs few trials.
+    assert S.repetitions_needed(0.02, 0.02, true_gain=0.10) == S.MIN_TRIALS
+    assert S.repetitions_needed(0.02, 0.02, true_gain=0.03) > n
+    # Consistency: with that many trials, the MDE is at most min_gain.
+    assert S.minimum_detectable_gain(0.02, n, n) <= 0.02 < S.minimum_detectable_gain(0.02, n - 1, n - 1)
+    with pytest.raises(ValueError):
+        S.repetitions_needed(0.02, 0.0)
+
+
+def test_robust_cv_is_consistent_for_small_n():
+    rng = np.random.default_rng(50)
+    for n in (3, 4, 6, 12):
+        est = [S.robust_cv(lognormal(rng, 10, 0.02, n)) for _ in range(2000)]
+        assert np.mean(est) == pytest.approx(0.02, rel=0.06), n
+    assert S.robust_cv([5.0, 5.0, 5.0, 6.0, 5.0]) > 0  # majority tie: falls back to the sd
+    assert S.robust_cv([5.0]) is None
+
+
+def test_noise_floor_single_list_interleaved():
+    rng = np.random.default_rng(51)
+    values = lognormal(rng, 10, 0.02, 24)
+    nf = S.noise_floor(values, min_gain=0.02, resamples=B)
+    assert nf.reliable, nf.reason
+    assert (nf.split, nf.n_a, nf.n_b) == ("interleaved", 12, 12)
+    assert 0.01 < nf.cv < 0.035
+    assert nf.estimate.ci_low <= 1.0 <= nf.estimate.ci_high
+    assert nf.mde == pytest.approx(S.minimum_detectable_gain(nf.cv, 12, 12))
+    assert 0.005 < nf.mde_interval < 0.1
+    assert nf.repetitions_needed == S.repetitions_needed(nf.cv, 0.02)
+    assert_plain_json(nf.to_dict())
+
+
+def test_noise_floor_two_arms_and_identical_values():
+    rng = np.random.default_rng(52)
+    nf = S.noise_floor(lognormal(rng, 10, 0.01, 8), lognormal(rng, 10, 0.01, 8), resamples=B)
+    assert nf.split == "given" and nf.repetitions_needed is None and nf.reliable
+    flat = S.noise_floor([10.0] * 10, resamples=B)
+    assert not flat.reliable and "identical" in flat.reason or "zero spread" in flat.reason
