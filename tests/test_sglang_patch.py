@@ -1,0 +1,457 @@
+"""The patch bootstrap and the restore-softmax patch, in real child interpreters, on a fake SGLang.
+
+The fake `sglang` package below has the 0.5.23 layout of everything the patch touches (module
+paths, the topk1 helpers' signatures, the worker's call sites and its inline argmax branch), with
+torch CPU code in place of the Triton kernels. Each test starts a fresh Python with
+PYTHONPATH=[fake tree, bootstrap dir, repo root] and HARNESS_PATCHES set, as the SGLang engine does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
+from harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
+from harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
+
+pytest.importorskip("torch")
+
+WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
+
+FAKE_TOPK1 = '''\
+import torch
+
+
+def draft_topk1_postprocess(next_token_logits, positions, draft_tokens=None, draft_token_column=0):
+    # CPU stand-in for the split-vocabulary Triton argmax: same contract and side effects
+    topk_index = torch.argmax(next_token_logits, dim=-1, keepdim=True)
+    topk_p = torch.ones_like(topk_index, dtype=torch.float32)
+    positions.add_(1)
+    if draft_tokens is not None:
+        draft_tokens[:, draft_token_column].copy_(topk_index[:, 0])
+    return topk_p, topk_index
+
+
+def draft_topk1_argmax_only(next_token_logits):
+    topk_index = torch.argmax(next_token_logits, dim=-1, keepdim=True)
+    return torch.ones_like(topk_index, dtype=torch.float32), topk_index
+'''
+
+FAKE_COMMON = '''\
+import torch
+
+
+def fast_topk(values, topk, dim):
+    if topk == 1:
+        return torch.max(values, dim=dim, keepdim=True)
+    return torch.topk(values, topk, dim=dim)
+'''
+
+FAKE_WORKER = '''\
+import torch
+
+from sglang.kernels.ops.speculative.topk1 import (
+    draft_topk1_argmax_only,
+    draft_topk1_postprocess,
+)
+from sglang.srt.utils.common import fast_topk
+
+_is_cuda = True  # the branch a CUDA server takes
+_is_hip = False
+
+
+class EagleDraftWorker:
+    def __init__(self, topk=1, use_rejection_sampling=False):
+        self.topk = topk
+        self.use_rejection_sampling = use_rejection_sampling
+
+    def draft_forward(self, step_logits, positions):
+        """The draft-step loop: one token selection per draft forward."""
+        draft_tokens = torch.zeros((positions.shape[0], len(step_logits) + 1), dtype=torch.long)
+        for i, logits in enumerate(step_logits):
+            if self.topk == 1:
+                if _is_cuda or _is_hip:
+                    topk_p, topk_index = draft_topk1_postprocess(
+                        logits,
+                        positions,
+                        draft_tokens,
+                        i + 1,
+                    )
+                else:
+                    topk_index = torch.argmax(logits, dim=-1, keepdim=True)
+                    topk_p = torch.ones_like(topk_index, dtype=torch.float32)
+                    positions.add_(1)
+            else:
+                probs = torch.softmax(logits, dim=-1)
+                topk_p, topk_index = fast_topk(probs, self.topk, dim=-1)
+                positions.add_(1)
+        return topk_p, topk_index, draft_tokens
+
+    def _draft_extend_for_decode(self, draft_logits_output, next_draft_input):
+        if self.use_rejection_sampling:
+            raise NotImplementedError("not part of the fake")
+        elif self.topk == 1 and _is_hip:
+            ret_topk_p, ret_topk_index = draft_topk1_argmax_only(
+                draft_logits_output.next_token_logits
+            )
+            ret_draft_probs = None
+        elif self.topk == 1 and not _is_hip:
+            # Gated to CUDA (the comment and layout of the real branch)
+            ret_topk_index = torch.argmax(
+                draft_logits_output.next_token_logits, dim=-1, keepdim=True
+            )
+            ret_topk_p = torch.ones_like(ret_topk_index, dtype=torch.float32)
+            ret_draft_probs = None
+        else:
+            probs = torch.softmax(draft_logits_output.next_token_logits, dim=-1)
+            ret_topk_p, ret_topk_index = fast_topk(probs, self.topk, dim=-1)
+            ret_draft_probs = None
+        next_draft_input.topk_p = ret_topk_p
+        next_draft_input.topk_index = ret_topk_index
+        next_draft_input.draft_probs = ret_draft_probs
+'''
+
+# Runs in the child: exercises the three sites under the torch profiler, prints one JSON line.
+PROBE = '''\
+import json, os, sys
+from types import SimpleNamespace
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import sglang.srt.speculative.eagle_worker_v2 as worker_module
+
+
+def run_profiled(fn):
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = fn()
+    counts = {e.key: e.count for e in prof.key_averages()}
+    return out, counts.get("aten::_softmax", 0)
+
+
+torch.manual_seed(0)
+step_logits = [torch.randn(4, 1000) * 3 for _ in range(2)]
+worker = worker_module.EagleDraftWorker(topk=1)
+positions = torch.arange(4)
+(topk_p, topk_index, draft_tokens), decode_softmax = run_profiled(
+    lambda: worker.draft_forward(step_logits, positions)
+)
+last = step_logits[-1]
+argmax = torch.argmax(last, dim=-1, keepdim=True)
+softmax_max = torch.softmax(last, dim=-1).max(dim=-1, keepdim=True).values
+
+extend_logits = torch.randn(4, 1000) * 3
+next_input = SimpleNamespace()
+_, extend_softmax = run_profiled(
+    lambda: worker._draft_extend_for_decode(SimpleNamespace(next_token_logits=extend_logits), next_input)
+)
+(rocm_p, rocm_index), rocm_softmax = run_profiled(lambda: worker_module.draft_topk1_argmax_only(extend_logits))
+extend_argmax = torch.argmax(extend_logits, dim=-1, keepdim=True)
+extend_softmax_max = torch.softmax(extend_logits, dim=-1).max(dim=-1, keepdim=True).values
+
+print(json.dumps({
+    "decode_softmax_calls": decode_softmax,
+    "decode_index_is_argmax": torch.equal(topk_index, argmax),
+    "decode_chain_is_argmax": all(
+        torch.equal(draft_tokens[:, i + 1], torch.argmax(l, dim=-1)) for i, l in enumerate(step_logits)
+    ),
+    "decode_positions_advanced": torch.equal(positions, torch.arange(4) + 2),
+    "decode_p_dtype": str(topk_p.dtype),
+    "decode_p_is_softmax": torch.allclose(topk_p, softmax_max),
+    "decode_p_is_ones": bool((topk_p == 1).all()),
+    "extend_softmax_calls": extend_softmax,
+    "extend_index_is_argmax": torch.equal(next_input.topk_index, extend_argmax),
+    "extend_p_is_softmax": torch.allclose(next_input.topk_p, extend_softmax_max),
+    "extend_p_is_ones": bool((next_input.topk_p == 1).all()),
+    "rocm_softmax_calls": rocm_softmax,
+    "rocm_index_is_argmax": torch.equal(rocm_index, extend_argmax),
+    "applied_env": os.environ.get("HARNESS_PATCHES_APPLIED"),
+}))
+'''
+
+
+def write_fake_sglang(root: Path, *, topk1: str = FAKE_TOPK1, worker: str = FAKE_WORKER) -> Path:
+    files = {
+        "sglang/__init__.py": '__version__ = "0.5.23"\n',
+        "sglang/kernels/__init__.py": "",
+        "sglang/kernels/ops/__init__.py": "",
+        "sglang/kernels/ops/speculative/__init__.py": "",
+        "sglang/kernels/ops/speculative/topk1.py": topk1,
+        "sglang/srt/__init__.py": "",
+        "sglang/srt/utils/__init__.py": "",
+        "sglang/srt/utils/common.py": FAKE_COMMON,
+        "sglang/srt/speculative/__init__.py": "",
+        "sglang/srt/speculative/eagle_worker_v2.py": worker,
+    }
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def replaced(text: str, old: str, new: str) -> str:
+    assert old in text, f"fake source changed: {old!r} not found"
+    return text.replace(old, new)
+
+
+def child_env(pythonpath: list[Path], patches: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PATCHES_ENV, APPLIED_ENV, LAYOUT_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
+    env["PYTHONNOUSERSITE"] = "1"
+    if patches is not None:
+        env[PATCHES_ENV] = patches
+    return env
+
+
+def run_child(args: list[str], *, pythonpath: list[Path], patches: str | None, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], env=child_env(pythonpath, patches), cwd=cwd,
+        capture_output=True, text=True, timeout=180,
+    )
+
+
+def probe(tmp_path: Path, patches: str | None) -> tuple[dict, str]:
+    fake = write_fake_sglang(tmp_path / "fake")
+    path = [fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT] if patches else [fake, HARNESS_SOURCE_ROOT]
+    proc = run_child(["-c", PROBE], pythonpath=path, patches=patches, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_without_the_patch_the_fake_runs_the_argmax_fast_path(tmp_path):
+    # The control: what the candidate does. No softmax anywhere, topk_p is constant ones.
+    result, stderr = probe(tmp_path, patches=None)
+    assert result["decode_softmax_calls"] == 0 and result["extend_softmax_calls"] == 0
+    assert result["rocm_softmax_calls"] == 0
+    assert result["decode_p_is_ones"] and result["extend_p_is_ones"]
+    assert result["decode_index_is_argmax"] and result["extend_index_is_argmax"]
+    assert result["applied_env"] is None
+    assert "harness patch applied" not in stderr
+
+
+def test_patch_restores_softmax_at_every_site_and_keeps_the_selected_tokens(tmp_path):
+    result, stderr = probe(tmp_path, patches=RESTORE_TOPK1_SOFTMAX_PATCH)
+    # draft_forward: one softmax per draft step (2 steps), same tokens, same side effects
+    assert result["decode_softmax_calls"] == 2
+    assert result["decode_index_is_argmax"] and result["decode_chain_is_argmax"]
+    assert result["decode_positions_advanced"]
+    assert result["decode_p_is_softmax"] and not result["decode_p_is_ones"]
+    assert result["decode_p_dtype"] == "torch.float32"
+    # _draft_extend_for_decode (CUDA branch, inline argmax recompiled) and the ROCm helper
+    assert result["extend_softmax_calls"] == 1
+    assert result["extend_index_is_argmax"] and result["extend_p_is_softmax"]
+    assert result["rocm_softmax_calls"] == 1 and result["rocm_index_is_argmax"]
+    # recorded where a server.log shows it
+    assert result["applied_env"] == "sglang_restore_topk1_softmax"
+    applied = [line for line in stderr.splitlines() if line.startswith("harness patch applied:")]
+    assert len(applied) == 1, stderr
+    for site in (
+        f"{WORKER_MODULE}.draft_topk1_postprocess",
+        f"{WORKER_MODULE}.draft_topk1_argmax_only",
+        f"{WORKER_MODULE}.EagleDraftWorker._draft_extend_for_decode",
+    ):
+        assert site in applied[0]
+    assert "SGLang 0.5.23" in applied[0]
+
+
+def test_recompiled_method_keeps_its_file_and_line_numbers(tmp_path):
+    fake = write_fake_sglang(tmp_path / "fake")
+    script = textwrap.dedent(f"""
+        import inspect
+        import {WORKER_MODULE} as m
+        f = m.EagleDraftWorker._draft_extend_for_decode
+        assert f.__harness_patch__["patch"] == "sglang_restore_topk1_softmax"
+        original = f.__harness_patch__["replaces"]
+        assert f.__code__.co_filename == original.__code__.co_filename
+        assert f.__code__.co_firstlineno == original.__code__.co_firstlineno
+        assert f.__qualname__ == "EagleDraftWorker._draft_extend_for_decode"
+        print("ok")
+    """)
+    proc = run_child(["-c", script], pythonpath=[fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
+                     patches=RESTORE_TOPK1_SOFTMAX_PATCH, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+BROKEN_LAYOUTS = {
+    # the worker no longer imports the helper (renamed upstream)
+    "missing_helper": (
+        lambda: {"worker": replaced(replaced(FAKE_WORKER, "    draft_topk1_postprocess,\n", ""),
+                                    "= draft_topk1_postprocess(", "= draft_topk1_argmax_only(")},
+        "has no attribute 'draft_topk1_postprocess'",
+    ),
+    # the helper grew a parameter: its contract may have changed
+    "changed_signature": (
+        lambda: {"topk1": replaced(FAKE_TOPK1, "draft_token_column=0)", "draft_token_column=0, hot_token_id=None)")},
+        "draft_topk1_postprocess has parameters (next_token_logits, positions, draft_tokens, draft_token_column, hot_token_id)",
+    ),
+    # draft_forward selects through something else now (the helper is still imported)
+    "moved_call_site": (
+        lambda: {"worker": replaced(FAKE_WORKER, "= draft_topk1_postprocess(", "= self._select_topk1(")},
+        "EagleDraftWorker.draft_forward does not call draft_topk1_postprocess",
+    ),
+    # _draft_extend_for_decode no longer has the inline argmax (e.g. it calls a kernel on CUDA too)
+    "inline_argmax_gone": (
+        lambda: {"worker": replaced(
+            FAKE_WORKER,
+            "ret_topk_index = torch.argmax(\n                draft_logits_output.next_token_logits, dim=-1, keepdim=True\n            )",
+            "_, ret_topk_index = draft_topk1_argmax_only(draft_logits_output.next_token_logits)",
+        )},
+        "expected one `ret_topk_index = torch.argmax(...)`, found 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_LAYOUTS))
+def test_unexpected_sglang_layout_fails_the_process_with_one_clear_line(tmp_path, case):
+    make_sources, expected = BROKEN_LAYOUTS[case]
+    fake = write_fake_sglang(tmp_path / "fake", **make_sources())
+    proc = run_child(["-c", f"import {WORKER_MODULE}\nprint('fast path ran')"],
+                     pythonpath=[fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
+                     patches=RESTORE_TOPK1_SOFTMAX_PATCH, cwd=tmp_path)
+    assert proc.returncode == PATCH_FAILURE_EXIT_CODE, (proc.returncode, proc.stderr)
+    assert "fast path ran" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("harness patch failed:")]
+    assert len(failed) == 1 and proc.stderr.rstrip().endswith(failed[0]), proc.stderr
+    assert expected in failed[0]
+    assert "SGLang 0.5.23" in failed[0] and "sglang_restore_topk1_softmax" in failed[0]
+
+
+def test_unknown_layout_fails_at_startup(tmp_path):
+    fake = write_fake_sglang(tmp_path / "fake")
+    env = child_env([fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT], RESTORE_TOPK1_SOFTMAX_PATCH)
+    env[LAYOUT_ENV] = "0.4.0"
+    proc = subprocess.run([sys.executable, "-c", "print('started')"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == PATCH_FAILURE_EXIT_CODE and "started" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "HARNESS_SGLANG_LAYOUT='0.4.0' is not a known SGLang layout" in lines[0]
+
+
+def test_bootstrap_fails_clearly_when_a_patch_module_cannot_be_imported(tmp_path):
+    proc = run_child(["-c", "print('started')"], pythonpath=[PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
+                     patches="harness.patches.no_such_patch", cwd=tmp_path)
+    assert proc.returncode == PATCH_FAILURE_EXIT_CODE and "started" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("harness bootstrap: cannot import patch module 'harness.patches.no_such_patch'")
+    assert "ModuleNotFoundError" in lines[0]
+
+
+@pytest.mark.parametrize("patches", [RESTORE_TOPK1_SOFTMAX_PATCH, None])
+def test_bootstrap_chains_to_the_sitecustomize_it_shadows(tmp_path, patches):
+    other = tmp_path / "other_site"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text(
+        "import os, sys\nos.environ['CHAINED_SITECUSTOMIZE'] = __file__\n"
+        "sys.stderr.write('other sitecustomize ran\\n')\n"
+    )
+    script = (
+        "import os, sys\n"
+        "print(os.environ.get('CHAINED_SITECUSTOMIZE'))\n"
+        f"print({RESTORE_TOPK1_SOFTMAX_PATCH!r} in sys.modules)\n"
+        "print(sys.modules['sitecustomize'].__file__)\n"
+    )
+    proc = run_child(["-c", script], pythonpath=[PATCH_BOOTSTRAP_DIR, other, HARNESS_SOURCE_ROOT],
+                     patches=patches, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    chained, patch_loaded, active = proc.stdout.strip().splitlines()
+    assert Path(chained) == other / "sitecustomize.py"
+    assert patch_loaded == str(patches is not None)
+    assert Path(active).parent == PATCH_BOOTSTRAP_DIR
+    assert proc.stderr.count("other sitecustomize ran") == 1
+
+
+def test_broken_chained_sitecustomize_warns_like_python_and_patches_still_apply(tmp_path):
+    other = tmp_path / "other_site"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("raise RuntimeError('broken on purpose')\n")
+    script = f"import sys\nprint({RESTORE_TOPK1_SOFTMAX_PATCH!r} in sys.modules)\n"
+    proc = run_child(["-c", script], pythonpath=[PATCH_BOOTSTRAP_DIR, other, HARNESS_SOURCE_ROOT],
+                     patches=RESTORE_TOPK1_SOFTMAX_PATCH, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+    assert "Error in sitecustomize" in proc.stderr and "RuntimeError: broken on purpose" in proc.stderr
+
+
+def test_patch_applies_in_a_multiprocessing_spawn_child(tmp_path):
+    # SGLang's scheduler is a spawned child: it must get the patch from its own start-up, not
+    # from the parent (which here never imports the worker module at all).
+    fake = write_fake_sglang(tmp_path / "fake")
+    script = tmp_path / "spawn_probe.py"
+    script.write_text(textwrap.dedent(f"""
+        import multiprocessing
+        import os
+        import sys
+
+
+        def scheduler_like_child():
+            import {WORKER_MODULE} as m
+            patched = (
+                getattr(m.draft_topk1_postprocess, "__harness_patch__", None) is not None
+                and getattr(m.EagleDraftWorker._draft_extend_for_decode, "__harness_patch__", None) is not None
+            )
+            print("child pid", os.getpid(), "patched", patched, flush=True)
+            sys.exit(0 if patched else 3)
+
+
+        if __name__ == "__main__":
+            assert {WORKER_MODULE!r} not in sys.modules
+            process = multiprocessing.get_context("spawn").Process(target=scheduler_like_child)
+            process.start()
+            process.join()
+            assert {WORKER_MODULE!r} not in sys.modules
+            print("parent pid", os.getpid(), "child exit", process.exitcode, flush=True)
+            sys.exit(process.exitcode)
+    """))
+    proc = run_child([str(script)], pythonpath=[fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
+                     patches=RESTORE_TOPK1_SOFTMAX_PATCH, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    child_line = next(line for line in proc.stdout.splitlines() if line.startswith("child pid"))
+    child_pid = child_line.split()[2]
+    assert "patched True" in child_line
+    applied = [line for line in proc.stderr.splitlines() if line.startswith("harness patch applied:")]
+    assert len(applied) == 1 and applied[0].endswith(f"pid {child_pid})"), proc.stderr
+
+
+def test_patch_imported_after_the_worker_module_still_applies(tmp_path):
+    # e.g. a patch imported by hand in a process that had already loaded SGLang
+    fake = write_fake_sglang(tmp_path / "fake")
+    script = textwrap.dedent(f"""
+        import {WORKER_MODULE} as m
+        unpatched = m.draft_topk1_postprocess
+        import {RESTORE_TOPK1_SOFTMAX_PATCH}
+        assert m.draft_topk1_postprocess is not unpatched
+        assert m.draft_topk1_postprocess.__harness_patch__["replaces"] is unpatched
+        import importlib
+        importlib.reload(m)  # re-executing the module must patch it again, not keep the fast path
+        assert m.draft_topk1_postprocess.__harness_patch__["patch"] == "sglang_restore_topk1_softmax"
+        print("ok")
+    """)
+    proc = run_child(["-c", script], pythonpath=[fake, HARNESS_SOURCE_ROOT], patches=None, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert proc.stderr.count("harness patch applied:") == 2
+
+
+def test_rocm_only_helper_mismatch_is_reported_not_fatal_off_rocm(tmp_path):
+    # draft_topk1_argmax_only is called only under `_is_hip`; on CUDA (and this CPU) a changed
+    # signature must not stop the server, but the applied line says it was left alone.
+    topk1 = replaced(FAKE_TOPK1, "def draft_topk1_argmax_only(next_token_logits):",
+                     "def draft_topk1_argmax_only(next_token_logits, vocab_size=None):")
+    fake = write_fake_sglang(tmp_path / "fake", topk1=topk1)
+    script = f"import {WORKER_MODULE} as m\nprint(hasattr(m.draft_topk1_argmax_only, '__harness_patch__'))\n"
+    proc = run_child(["-c", script], pythonpath=[fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
+                     patches=RESTORE_TOPK1_SOFTMAX_PATCH, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
+    applied = [line for line in proc.stderr.splitlines() if line.startswith("harness patch applied:")]
+    assert len(applied) == 1
+    assert f"{WORKER_MODULE}.draft_topk1_postprocess -> softmax + fast_topk" in applied[0]
+    assert f"{WORKER_MODULE}.draft_topk1_argmax_only left as is (ROCm only" in applied[0]
+    assert "_draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk" in applied[0]

@@ -1,0 +1,160 @@
+"""The shipped SGLang scenarios: valid, every flag known to SGLang 0.5.23, and the command they build."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV, build_server_command
+from harness.engines.sglang import build_command
+from harness.engines.sglang_versions import ENGINE_OWNED_FLAGS, LAUNCH_MODULE, RENAMED_FLAGS, RESTORE_TOPK1_SOFTMAX_PATCH
+from harness.errors import HarnessInputError
+from harness.scenario import load_scenario, render_args, scenario_from_dict
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted((REPO / "scenarios").glob("sglang_*.yaml"))
+HELP_NAME = "sglang-0.5.23-launch-server-help.txt"
+ENGINE_ADDED_FLAGS = ("--model-path", "--speculative-draft-model-path", "--host", "--port")
+
+
+def help_file() -> Path:
+    base = os.environ.get("HARNESS_SHARED_REFERENCE")
+    path = Path(base) / HELP_NAME if base else Path(__file__).resolve().parents[2] / "shared" / "reference" / HELP_NAME
+    if not path.is_file():
+        pytest.skip(f"{path} not found (set HARNESS_SHARED_REFERENCE to the directory that holds {HELP_NAME})")
+    return path
+
+
+def flags_in_help(text: str) -> set[str]:
+    """Every option string of the `options:` section: lines `  --flag ARG, --alias ARG   help`."""
+    flags: set[str] = set()
+    for line in text.splitlines():
+        match = re.match(r"^  (-\S.*)$", line)
+        if not match:
+            continue
+        spec = re.split(r"\s{2,}", match.group(1))[0]  # drop help text on the same line
+        for part in spec.split(", "):
+            token = part.split()[0]
+            if token.startswith("--"):
+                flags.add(token)
+    return flags
+
+
+@pytest.fixture(scope="module")
+def sglang_flags() -> set[str]:
+    flags = flags_in_help(help_file().read_text())
+    # the parser must have found the whole section, not a fragment
+    assert len(flags) > 300 and {"--speculative-eagle-topk", "--tp-size", "--tensor-parallel-size"} <= flags
+    return flags
+
+
+def test_sglang_scenarios_are_shipped():
+    assert [p.name for p in SCENARIOS] == [
+        "sglang_kimi_k25_nvfp4_tp4_eagle3.yaml",
+        "sglang_llama31_8b_eagle3_topk1.yaml",
+    ]
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_every_server_argument_exists_in_sglang_0_5_23(path, sglang_flags):
+    scenario = load_scenario(path)
+    used = {flag: "server.args" for flag in scenario.server.args}
+    for name, variant in scenario.variants.items():
+        used.update({flag: f"variants.{name}.args" for flag in variant.args})
+    used.update({flag: "added by the engine" for flag in ENGINE_ADDED_FLAGS})
+    unknown = [f"{flag} ({where})" for flag, where in used.items() if flag not in sglang_flags]
+    assert not unknown, f"{path.name}: not in SGLang 0.5.23 --help: {', '.join(unknown)}"
+    renamed = {old: new for old, new in RENAMED_FLAGS["0.5.23"].items() if old in used}
+    assert not renamed, f"{path.name}: renamed in 0.5.23: {renamed}"
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_shape(path):
+    scenario = load_scenario(path)
+    assert scenario.engine == "sglang" and scenario.server.model_path and scenario.server.draft_model_path
+    args = scenario.server.args
+    assert args["--speculative-eagle-topk"] == 1
+    # SGLang forces draft tokens to steps + 1 at topk 1: say it, rather than have it silently changed
+    assert args["--speculative-num-draft-tokens"] == args["--speculative-num-steps"] + 1
+    assert scenario.variants["baseline"].patches == [RESTORE_TOPK1_SOFTMAX_PATCH]
+    assert scenario.variants["candidate"].patches == [] and not scenario.variants["candidate"].args
+    assert scenario.workload.concurrency == 1 and scenario.workload.temperature == 0.0
+    assert scenario.trials.repetitions >= 10 and scenario.profile.activities == ["CPU", "GPU"]
+    kinds = {check.kind for check in scenario.checks}
+    assert kinds == {"kernel_count", "accept_length", "output_identity", "tpot_gain", "explained_gain"}
+    regions = {(c.region, tuple(c.variants)) for c in scenario.checks if c.kind == "kernel_count"}
+    assert regions == {("DRAFT_DECODE", ("candidate",)), ("DRAFT_EXTEND", ("candidate",)), ("DRAFT_DECODE", ("baseline",))}
+    # both ways to get a baseline are documented in the file
+    text = path.read_text()
+    assert "python: /" in text and "pythonpath: [" in text and "harness patch applied" in text
+
+
+def test_patch_module_named_by_the_scenarios_exists():
+    spec = importlib.util.find_spec(RESTORE_TOPK1_SOFTMAX_PATCH)
+    assert spec is not None and spec.origin and Path(spec.origin).is_file()
+    assert (PATCH_BOOTSTRAP_DIR / "sitecustomize.py").is_file()
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_build_command_argv_and_environment(path, tmp_path):
+    scenario = load_scenario(path)
+    profile_dir = tmp_path / "profile"
+    for variant in ("baseline", "candidate"):
+        command = build_server_command(scenario, variant, host="127.0.0.1", port=30123, profile_dir=profile_dir)
+        assert command == build_command(scenario, variant, host="127.0.0.1", port=30123, profile_dir=profile_dir)
+        assert command.argv == [
+            sys.executable, "-m", LAUNCH_MODULE,
+            "--model-path", scenario.server.model_path,
+            "--speculative-draft-model-path", scenario.server.draft_model_path,
+            "--host", "127.0.0.1", "--port", "30123",
+            *render_args(scenario.server_args(variant)),
+        ]
+        pythonpath = command.env["PYTHONPATH"].split(os.pathsep)
+        assert str(HARNESS_SOURCE_ROOT) in pythonpath
+        assert command.env["SGLANG_TORCH_PROFILER_DIR"] == str(profile_dir)
+        if variant == "baseline":
+            assert command.env[PATCHES_ENV] == RESTORE_TOPK1_SOFTMAX_PATCH
+            # the bootstrap must come before the harness root and anything inherited
+            assert pythonpath.index(str(PATCH_BOOTSTRAP_DIR)) < pythonpath.index(str(HARNESS_SOURCE_ROOT))
+        else:
+            assert PATCHES_ENV not in command.env
+            assert str(PATCH_BOOTSTRAP_DIR) not in pythonpath
+    assert "--speculative-eagle-topk 1" in command.shell()
+
+
+def _scenario(**server):
+    return scenario_from_dict({
+        "name": "s", "engine": "sglang",
+        "server": server,
+        "variants": {
+            "baseline": {"python": "/opt/old/bin/python", "pythonpath": ["/src/old/python"]},
+            "candidate": {},
+        },
+    })
+
+
+def test_build_command_two_installs_baseline(tmp_path):
+    scenario = _scenario(model_path="/models/m", args={"--tp-size": 2})
+    command = build_command(scenario, "baseline", host="127.0.0.1", port=1, profile_dir=tmp_path)
+    assert command.argv[:3] == ["/opt/old/bin/python", "-m", LAUNCH_MODULE]
+    assert "--speculative-draft-model-path" not in command.argv  # no draft path: no flag
+    assert command.argv[-2:] == ["--tp-size", "2"]
+    assert command.env["PYTHONPATH"].split(os.pathsep)[0] == "/src/old/python"
+    assert PATCHES_ENV not in command.env
+
+
+def test_build_command_requires_model_path(tmp_path):
+    with pytest.raises(HarnessInputError, match=r"server.model_path: required for engine 'sglang'"):
+        build_command(_scenario(), "candidate", host="127.0.0.1", port=1, profile_dir=tmp_path)
+
+
+@pytest.mark.parametrize("flag", sorted(ENGINE_OWNED_FLAGS))
+def test_flags_the_engine_sets_are_refused_in_args(flag, tmp_path):
+    scenario = _scenario(model_path="/models/m", args={flag: "x"})
+    with pytest.raises(HarnessInputError, match=rf"server.args: {re.escape(flag)} is set by"):
+        build_command(scenario, "candidate", host="127.0.0.1", port=1, profile_dir=tmp_path)
