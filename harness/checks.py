@@ -142,18 +142,14 @@ def analysis_files(run: RunDir, trial: Trial) -> list[dict[str, Any]]:
     return list(analysis.get("files") or [])
 
 
-def _is_cpu_only(file_facts: dict[str, Any]) -> bool:
-    return file_facts.get("validity", {}).get("kernels", 0) == 0 and file_facts.get("validity", {}).get("cpu_ops", 0) > 0
-
-
 def region_pattern_counts(file_facts: dict[str, Any], region: str, pattern: str) -> dict[str, Any] | None:
+    """The count row of `pattern` in `region` of one trace file, in the region's main unit: per graph
+    launch when the region was replayed as CUDA graphs, else per annotation span (eager or CPU).
+    See harness/traces/schema.py (RegionCounts, CountRow)."""
     region_facts = (file_facts.get("regions") or {}).get(region)
     if not region_facts:
         return None
-    counts = (region_facts.get("counts") or {}).get(pattern)
-    if counts is None:
-        return None
-    return {**counts, "unit": region_facts.get("unit", counts.get("unit")), "units": region_facts.get("units", counts.get("replays"))}
+    return (region_facts.get("counts") or {}).get(pattern)
 
 
 def _trace_validity(file_facts: dict[str, Any], *, max_unlabelled_fraction: float,
@@ -166,17 +162,21 @@ def _trace_validity(file_facts: dict[str, Any], *, max_unlabelled_fraction: floa
                             f"{kernels} kernels, {ops} CPU ops"))
     mode = v.get("graph_trace_mode")
     if mode is not None:
-        out.append(Precondition(f"{where}: nsys graph-trace mode is node", mode == "node",
+        out.append(Precondition(f"{where}: nsys graph-trace mode is node", str(mode).lower() == "node",
                                 f"mode {mode!r}: graph mode records no kernels inside replays"))
+    if not v.get("per_graph_counts_known", True):
+        out.append(Precondition(f"{where}: replayed kernels recorded", False,
+                                "the trace does not hold the kernels of graph replays"))
     if kernels > 0:
-        graph_launches = v.get("graph_launches", file_facts.get("graph_launches", 0))
+        graph_launches = v.get("graph_launches", 0)
         unlabelled = v.get("unlabelled_graph_launches", 0)
         fraction = unlabelled / graph_launches if graph_launches else 0.0
         out.append(Precondition(f"{where}: graph launches labelled", fraction <= max_unlabelled_fraction,
                                 f"{unlabelled} of {graph_launches} graph launches have no region "
                                 f"(limit {max_unlabelled_fraction:.0%})"))
         empty = v.get("graph_launches_without_kernels", 0)
-        out.append(Precondition(f"{where}: graph replays recorded their kernels", graph_launches == 0 or empty < graph_launches,
+        out.append(Precondition(f"{where}: graph replays recorded their kernels",
+                                graph_launches == 0 or empty < graph_launches,
                                 f"{empty} of {graph_launches} graph launches have no kernels (a capture trace?)"))
     return out
 
@@ -216,6 +216,10 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
                 counts = region_pattern_counts(facts, check.region, check.pattern)
                 units = (counts or {}).get("replays") or 0
                 unit = (counts or {}).get("unit") or "graph_launch"
+                if counts is not None and not counts.get("known", True):
+                    preconditions.append(Precondition(f"{where}: {check.pattern} countable in {check.region}", False,
+                                                      counts.get("note") or "the trace cannot support this count"))
+                    continue
                 seen = Precondition(f"{where}: region {check.region} present", units > 0,
                                     f"{units} {unit.replace('_', ' ')}(s) labelled {check.region}")
                 preconditions.append(seen)

@@ -1,0 +1,236 @@
+"""The checks on stored run directories with planted facts: fail closed, exact reasons."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.checks import check_run_dir, evaluate_run, overall_verdict
+from harness.cli import main
+from harness.rundir import load_run_dir
+from tests.rundir_factory import Arm, file_facts, write_run_dir
+
+rng = np.random.default_rng(7)
+
+
+def noisy(center: float, n: int = 6, cv: float = 0.01) -> list[float]:
+    return list(center * np.exp(rng.normal(0, cv, n)))
+
+
+def good_arms() -> tuple[Arm, Arm]:
+    base = Arm(tpot_ms=noisy(10.0), profile=[file_facts(softmax_per_replay=2)])
+    cand = Arm(tpot_ms=noisy(9.0), profile=[file_facts(softmax_per_replay=0)])
+    return base, cand
+
+
+def rules_by_name(run_dir):
+    results = evaluate_run(load_run_dir(run_dir))
+    return results, {r.name: r for r in results.rules}
+
+
+def test_a_real_gain_with_clean_traces_passes_every_rule(tmp_path):
+    results, rules = rules_by_name(write_run_dir(tmp_path, *good_arms()))
+    assert {n: r.verdict for n, r in rules.items()} == {
+        "cand_no_softmax_dd": "PASS", "base_softmax_dd": "PASS", "accept": "PASS", "identity": "PASS",
+        "tpot": "PASS", "explained": "PASS",
+    }
+    assert results.verdict == "PASS" and results.exit_code == 0
+    tpot = rules["tpot"].numbers
+    assert 0.88 < tpot["ratio"] < 0.92 and tpot["ci_high"] < 0.99
+    obs = rules["cand_no_softmax_dd"].numbers["observations"]
+    assert [(o["variant"], o["replays"], o["total"]) for o in obs] == [("candidate", 10, 0)]
+
+
+def test_candidate_that_keeps_the_softmax_fails_the_kernel_rule(tmp_path):
+    base, cand = good_arms()
+    cand.profile = [file_facts(softmax_per_replay=2)]
+    results, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "FAIL"
+    assert "softmax in DRAFT_DECODE per replay = 2..2, expected == 0" in rules["cand_no_softmax_dd"].reason
+    assert results.verdict == "FAIL" and results.exit_code == 1
+
+
+def test_one_rank_keeping_the_softmax_fails_even_if_rank_0_is_clean(tmp_path):
+    base, cand = good_arms()
+    cand.profile = [file_facts(softmax_per_replay=0, rank=0), file_facts(softmax_per_replay=1, rank=1)]
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "FAIL"
+    assert "rank 1" in rules["cand_no_softmax_dd"].reason
+
+
+def test_trace_without_kernels_or_ops_is_inconclusive_not_pass(tmp_path):
+    base, cand = good_arms()
+    facts = file_facts(softmax_per_replay=0)
+    facts["validity"].update(kernels=0, gpu_ops=0, cpu_ops=0)
+    cand.profile = [facts]
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "INCONCLUSIVE"
+    assert "trace recorded work: 0 kernels, 0 CPU ops" in rules["cand_no_softmax_dd"].reason
+
+
+def test_unlabelled_graph_launches_make_zero_inconclusive(tmp_path):
+    base, cand = good_arms()
+    cand.profile = [file_facts(softmax_per_replay=0, unlabelled=30)]
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    r = rules["cand_no_softmax_dd"]
+    assert r.verdict == "INCONCLUSIVE" and "30 of 30 graph launches have no region" in r.reason
+
+
+def test_region_that_never_appears_is_inconclusive(tmp_path):
+    base, cand = good_arms()
+    facts = file_facts(softmax_per_replay=0)
+    facts["counts"] = [c for c in facts["counts"] if c["region"] != "DRAFT_DECODE"]
+    del facts["regions"]["DRAFT_DECODE"]
+    cand.profile = [facts]
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "INCONCLUSIVE"
+    assert "region DRAFT_DECODE present" in rules["cand_no_softmax_dd"].reason
+
+
+def test_missing_profile_is_inconclusive(tmp_path):
+    base, cand = good_arms()
+    cand.profile = None
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "INCONCLUSIVE"
+    assert "trace analysis: 0 trace file(s) analysed" in rules["cand_no_softmax_dd"].reason
+
+
+def test_nsys_graph_mode_is_inconclusive(tmp_path):
+    base, cand = good_arms()
+    cand.profile = [file_facts(softmax_per_replay=0, mode="Graph")]
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "INCONCLUSIVE"
+    assert "graph-trace mode" in rules["cand_no_softmax_dd"].reason
+
+
+def test_baseline_without_softmax_makes_kernel_rules_inconclusive(tmp_path):
+    base, cand = good_arms()
+    base.profile = [file_facts(softmax_per_replay=0)]
+    results, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "INCONCLUSIVE"
+    assert "baseline: shows softmax in DRAFT_DECODE" in rules["cand_no_softmax_dd"].reason
+    assert rules["base_softmax_dd"].verdict == "INCONCLUSIVE"
+    assert "the analysis may be blind" in rules["base_softmax_dd"].reason
+    assert results.verdict == "INCONCLUSIVE" and results.exit_code == 3
+
+
+def test_cpu_trace_counts_spans(tmp_path):
+    base = Arm(tpot_ms=noisy(10.0), profile=[file_facts(softmax_per_replay=3, cpu=True)])
+    cand = Arm(tpot_ms=noisy(9.0), profile=[file_facts(softmax_per_replay=0, cpu=True)])
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["cand_no_softmax_dd"].verdict == "PASS"
+    assert rules["cand_no_softmax_dd"].numbers["observations"][0]["unit"] == "span"
+
+
+def test_identical_timings_are_inconclusive_never_pass(tmp_path):
+    base, cand = good_arms()
+    base.tpot_ms = [10.0] * 6
+    cand.tpot_ms = [10.0] * 6
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["tpot"].verdict == "INCONCLUSIVE"
+
+
+def test_planted_ten_percent_slowdown_fails(tmp_path):
+    base, cand = good_arms()
+    cand.tpot_ms = noisy(11.0)
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["tpot"].verdict == "FAIL"
+    assert rules["tpot"].numbers["fail_kind"] == "slower"
+    assert 1.07 < rules["tpot"].numbers["ratio"] < 1.13
+
+
+def test_one_token_difference_fails_output_identity_and_says_where(tmp_path):
+    base, cand = good_arms()
+    cand.outputs = [[1, 2, 3, 4], [5, 6, 99, 8], [9, 10, 11, 12]]
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    r = rules["identity"]
+    assert r.verdict == "FAIL"
+    assert r.numbers["identical"] == 12 and r.numbers["compared"] == 18
+    first = r.numbers["first_difference"]
+    assert (first["request_index"], first["position"], first["baseline_token"], first["candidate_token"]) == (1, 2, 7, 99)
+
+
+def test_sampled_outputs_are_not_compared(tmp_path):
+    _, rules = rules_by_name(write_run_dir(tmp_path, *good_arms(), temperature=0.7))
+    assert rules["identity"].verdict == "INCONCLUSIVE" and "temperature 0.7" in rules["identity"].reason
+
+
+def test_accept_length_change_fails(tmp_path):
+    base, cand = good_arms()
+    cand.accept_length = 2.3
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["accept"].verdict == "FAIL"
+    assert rules["accept"].numbers["ratio"] == pytest.approx(2.3 / 2.5)
+
+
+def test_explained_gain_compares_measured_and_predicted_saving(tmp_path):
+    _, rules = rules_by_name(write_run_dir(tmp_path, *good_arms()))
+    n = rules["explained"].numbers
+    # baseline: 2 softmax x 40 us in draft decode + 1 x 40 us in draft extend per cycle, 2.5 tokens/cycle
+    assert n["removed_us_per_cycle"] == pytest.approx(120.0)
+    assert n["predicted_saving_ms"] == pytest.approx(0.048)
+    assert n["ratio"] == pytest.approx(n["measured_saving_ms"] / 0.048)
+
+
+def test_incomplete_run_is_inconclusive_with_the_reason(tmp_path):
+    results, rules = rules_by_name(write_run_dir(tmp_path, *good_arms(), status="incomplete"))
+    assert rules["run_complete"].verdict == "INCONCLUSIVE"
+    assert results.verdict == "INCONCLUSIVE"
+
+
+def test_overall_verdict_order():
+    assert overall_verdict(["PASS", "INCONCLUSIVE", "FAIL"]) == "FAIL"
+    assert overall_verdict(["PASS", "INCONCLUSIVE"]) == "INCONCLUSIVE"
+    assert overall_verdict(["PASS"]) == "PASS"
+    assert overall_verdict([]) == "INCONCLUSIVE"
+
+
+def test_check_cli_writes_results_and_rechecks_with_new_thresholds(tmp_path, capsys):
+    run = write_run_dir(tmp_path, *good_arms())
+    assert main(["check", str(run)]) == 0
+    stored = json.loads((run / "results.json").read_text())
+    assert stored["verdict"] == "PASS" and stored["exit_code"] == 0
+    assert [r["name"] for r in stored["rules"]] == ["cand_no_softmax_dd", "base_softmax_dd", "accept", "identity",
+                                                   "tpot", "explained"]
+    assert "verdict: PASS" in capsys.readouterr().out
+    # the same data under a stricter rule: a 10% gain does not clear a 20% minimum
+    text = (run / "scenario.yaml").read_text().replace("min_gain: 0.01", "min_gain: 0.2")
+    (tmp_path / "strict.yaml").write_text(text)
+    assert main(["check", str(run), "--scenario", str(tmp_path / "strict.yaml")]) == 1
+    assert json.loads((run / "results.json").read_text())["verdict"] == "FAIL"
+
+
+def test_check_cli_bad_run_dir_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["check", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a run directory" in err
+    (tmp_path / "run.json").write_text("{broken")
+    assert main(["check", str(tmp_path)]) == 2
+    assert "run.json:1: not valid JSON" in capsys.readouterr().err
+
+
+def test_aa_run_reports_noise_floor_and_no_false_verdict(tmp_path):
+    a = Arm(tpot_ms=noisy(10.0, n=8))
+    b = Arm(tpot_ms=noisy(10.0, n=8))
+    results, rules = rules_by_name(write_run_dir(tmp_path, a, b, aa=True))
+    r = rules["aa_noise_floor"]
+    assert r.verdict == "PASS", r.reason
+    assert "smallest detectable gain" in r.reason
+    assert r.numbers["noise"]["cv"] is not None
+    assert "cand_no_softmax_dd" not in rules  # kernel rules do not apply to A/A
+
+
+def test_compare_two_runs(tmp_path, capsys):
+    run_a = write_run_dir(tmp_path / "a", *good_arms())
+    base, cand = good_arms()
+    cand.tpot_ms = noisy(10.0)  # today's candidate is 11% slower than yesterday's
+    run_b = write_run_dir(tmp_path / "b", base, cand)
+    assert main(["compare", str(run_a), str(run_b), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    verdicts = {r["name"]: r["verdict"] for r in out["rules"]}
+    assert verdicts["tpot_not_slower"] == "FAIL"
+    assert verdicts["outputs_unchanged"] == "PASS"
+    assert verdicts["pattern_counts_unchanged"] == "PASS"
+    assert main(["compare", str(run_a), str(run_a)]) in (0, 3)
