@@ -1,0 +1,147 @@
+"""The micro engine in process: selection consistency, exact outputs, accept length, profile regions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.micro.engine import MicroEngine, ProfileRequest, SpecConfig
+from harness.micro.model import LOGIT_SCALE, MicroModelConfig, MicroModels, select_draft_tokens
+from harness.micro.trace_summary import summarize
+
+SMALL = MicroModelConfig(vocab_size=8192)
+
+
+def _engine(config: MicroModelConfig, **spec: object) -> MicroEngine:
+    engine = MicroEngine(config, SpecConfig(**spec))  # type: ignore[arg-type]
+    engine.start()
+    engine.wait_ready(timeout=120)
+    return engine
+
+
+@pytest.fixture
+def engines() -> Iterator[list[MicroEngine]]:
+    started: list[MicroEngine] = []
+    yield started
+    for engine in started:
+        engine.stop()
+
+
+def _prompts(engine: MicroEngine, count: int) -> list[list[int]]:
+    return [engine.tokenizer.encode(f"prompt {i} asks the micro engine about item {i * 7}") for i in range(count)]
+
+
+def test_fast_path_picks_the_softmax_path_token_on_grid_logits_with_ties() -> None:
+    gen = torch.Generator().manual_seed(1)
+    rows = torch.randint(-40000, 40000, (256, 128256), generator=gen).to(torch.float32) * LOGIT_SCALE
+    # Exact ties at the maximum, in various places, and near-ties one grid step apart.
+    rows[0, 10] = rows[0, 20] = rows[0].max() + 1.0
+    rows[1, 5000] = rows[1].max() + LOGIT_SCALE
+    rows[1, 4999] = rows[1, 5000] - LOGIT_SCALE
+    rows[2, 128255] = rows[2, 0] = rows[2].max() + 3.0
+    with torch.inference_mode():
+        _, fast = select_draft_tokens(rows, topk=1, fast_path=True)
+        p_fast, _ = select_draft_tokens(rows[:4], topk=1, fast_path=True)
+        _, slow = select_draft_tokens(rows, topk=1, fast_path=False)
+    assert torch.equal(fast, slow)
+    assert fast[0].item() == 10 and fast[1].item() == 5000 and fast[2].item() == 0
+    assert torch.equal(p_fast, torch.ones(4, 1))
+
+
+def test_logits_do_not_depend_on_batch_composition() -> None:
+    models = MicroModels(SMALL)
+    c = SMALL.context_len
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, SMALL.vocab_size, (6, c + 4), generator=gen)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    valid[2, :5] = False  # a left-padded row
+    first_new_pos = torch.tensor([c, c + 3, c - 5, 100, 7, 4096])
+    with torch.inference_mode():
+        batched = models.forward(models.target_layers, ids, valid, first_new_pos, 4)
+        for row in range(6):
+            alone = models.forward(models.target_layers, ids[row : row + 1], valid[row : row + 1], first_new_pos[row : row + 1], 4)
+            assert torch.equal(alone[0], batched[row]), f"row {row} differs when computed alone"
+
+
+def test_greedy_outputs_and_accept_lengths_identical_with_and_without_fast_path(engines: list[MicroEngine]) -> None:
+    results = {}
+    for fast_path in (True, False):
+        engine = _engine(SMALL, fast_path=fast_path)
+        engines.append(engine)
+        requests = engine.generate(_prompts(engine, 6), max_new_tokens=48)
+        results[fast_path] = (
+            [r.output_ids for r in requests],
+            [r.spec_verify_ct for r in requests],
+            engine.avg_spec_accept_length,
+        )
+    assert results[True][0] == results[False][0]
+    assert results[True][1] == results[False][1]
+    assert results[True][2] == results[False][2]
+    assert all(len(ids) == 48 for ids in results[True][0])
+
+
+def test_output_of_a_request_does_not_depend_on_its_batch(engines: list[MicroEngine]) -> None:
+    engine = _engine(SMALL)
+    engines.append(engine)
+    prompts = _prompts(engine, 5)
+    together = [r.output_ids for r in engine.generate(prompts, max_new_tokens=32)]
+    alone = [engine.generate([p], max_new_tokens=32)[0].output_ids for p in prompts[:2]]
+    assert alone == together[:2]
+    assert engine.max_decode_batch_size == 5
+
+
+def test_default_config_accept_length_in_range(engines: list[MicroEngine]) -> None:
+    config = MicroModelConfig()
+    assert config.vocab_size == 128256
+    engine = _engine(config, num_steps=3, topk=1)
+    engines.append(engine)
+    requests = engine.generate(_prompts(engine, 4), max_new_tokens=64)
+    accept_length = engine.avg_spec_accept_length
+    assert accept_length is not None and 1.8 <= accept_length <= 3.5, accept_length
+    # The draft must disagree sometimes: not every verify accepts every draft token.
+    assert accept_length < config.vocab_size and any(r.spec_verify_ct * 4 > len(r.output_ids) for r in requests)
+    # SGLang's per-request figure: completion tokens (first one from prefill) per verify.
+    total_completion = sum(len(r.output_ids) for r in requests)
+    assert 1.8 <= total_completion / sum(r.spec_verify_ct for r in requests) <= 3.6
+
+
+def _profile_counts(engine: MicroEngine, out_dir: Path, profile_id: str, num_steps: int) -> dict[str, list[int]]:
+    request = ProfileRequest(
+        output_dir=str(out_dir), num_steps=num_steps, profile_id=profile_id, with_stack=False, record_shapes=False
+    )
+    engine.call(lambda: engine.start_profile(request)).result(timeout=30)
+    engine.generate(_prompts(engine, 3), max_new_tokens=200)  # more cycles than num_steps
+    trace = out_dir / f"{profile_id}-TP-0.trace.json.gz"
+    assert trace.exists()
+    return {mode: [s.ops for s in spans] for mode, spans in summarize(trace).by_mode().items()}
+
+
+def test_softmax_only_in_draft_regions_without_fast_path(engines: list[MicroEngine], tmp_path: Path) -> None:
+    steps = 4
+    off = _engine(SMALL, num_steps=steps, fast_path=False)
+    engines.append(off)
+    counts_off = _profile_counts(off, tmp_path, "off", num_steps=6)
+    on = _engine(SMALL, num_steps=steps, fast_path=True)
+    engines.append(on)
+    counts_on = _profile_counts(on, tmp_path, "on", num_steps=6)
+    # 1 prefill step (two EXTEND spans) + 5 decode cycles.
+    assert counts_off["DECODE"] == [steps - 1] * 5
+    assert counts_off["DRAFT_EXTEND_V2"] == [2] * 5
+    assert counts_off["TARGET_VERIFY"] == [0] * 5
+    assert counts_on["DECODE"] == [0] * 5
+    assert counts_on["DRAFT_EXTEND_V2"] == [0] * 5
+    assert counts_on["TARGET_VERIFY"] == [0] * 5
+    # Draft prefill keeps its softmax in both variants, as SGLang's _draft_extend_for_prefill.
+    assert counts_off["EXTEND"] == counts_on["EXTEND"] == [0, 1]
+
+
+def test_topk_above_one_keeps_the_softmax_path(engines: list[MicroEngine], tmp_path: Path) -> None:
+    engine = _engine(SMALL, num_steps=3, topk=2, fast_path=True)
+    engines.append(engine)
+    assert not engine.spec.uses_fast_path
+    counts = _profile_counts(engine, tmp_path, "topk2", num_steps=3)
+    assert counts["DECODE"] == [2, 2]
+    assert counts["DRAFT_EXTEND_V2"] == [2, 2]
