@@ -1,0 +1,288 @@
+"""Everything the report shows, read from a run directory that may be incomplete.
+
+Unlike `harness check`, the report never refuses a run: a missing or unreadable file becomes a
+note on the page (and in the summary), and the rest is still shown. Only a path that is not a run
+directory at all (no run.json, no results.json, no trials) is bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import HarnessInputError
+
+VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
+
+
+@dataclass
+class TrialRecord:
+    """One planned or executed trial (server run)."""
+
+    name: str  # directory name, e.g. `03-candidate-timed`
+    dir: Path
+    index: int
+    variant: str
+    kind: str  # timed | profiled
+    repetition: int
+    status: str  # ok | failed | not run (planned, no trial.json) | unreadable
+    error: str | None = None
+    command: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+    trace_paths: list[Path] = field(default_factory=list)  # absolute; those that exist
+    missing_traces: list[str] = field(default_factory=list)  # listed in trial.json, absent on disk
+    server_log: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def number(self, key: str) -> float | None:
+        value = self.summary.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass
+class VariantInfo:
+    name: str
+    description: str = ""
+    args: dict[str, Any] = field(default_factory=dict)  # merged server flags
+    env: dict[str, str] = field(default_factory=dict)
+    patches: list[str] = field(default_factory=list)
+    pythonpath: list[str] = field(default_factory=list)
+    python: str | None = None
+
+
+@dataclass
+class ReportData:
+    run_dir: Path
+    run: dict[str, Any]
+    results: dict[str, Any] | None
+    analysis: dict[str, Any]  # trial dir name -> TraceAnalysis JSON
+    environment: dict[str, Any]
+    scenario: dict[str, Any]  # the resolved scenario as plain data ({} when missing)
+    variants: list[VariantInfo]
+    trials: list[TrialRecord]
+    notes: list[str]  # what is missing or broken, one sentence each
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # traces read once per report
+
+    @property
+    def scenario_name(self) -> str:
+        return str(
+            (self.results or {}).get("scenario") or self.run.get("scenario") or self.scenario.get("name") or self.run_dir.name
+        )
+
+    @property
+    def verdict(self) -> str | None:
+        verdict = (self.results or {}).get("verdict")
+        return verdict if verdict in VERDICTS else None
+
+    @property
+    def rules(self) -> list[dict[str, Any]]:
+        rules = (self.results or {}).get("rules")
+        return [r for r in rules if isinstance(r, dict)] if isinstance(rules, list) else []
+
+    @property
+    def variant_names(self) -> list[str]:
+        names = [v.name for v in self.variants]
+        for trial in self.trials:
+            if trial.variant not in names:
+                names.append(trial.variant)
+        return names
+
+    def rules_of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.rules if r.get("kind") == kind]
+
+    def trials_of(self, variant: str, kind: str | None = None, *, ok_only: bool = True) -> list[TrialRecord]:
+        return [
+            t for t in self.trials
+            if t.variant == variant and (kind is None or t.kind == kind) and (t.ok or not ok_only)
+        ]
+
+    def relative(self, path: Path) -> str:
+        """A path as a link relative to the run directory (where index.html lives)."""
+        try:
+            return path.relative_to(self.run_dir).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+
+def _read_json(path: Path, notes: list[str], what: str) -> Any | None:
+    """The JSON at `path`, or None with a note saying why it is not there."""
+    if not path.exists():
+        notes.append(f"{path.name} is missing: {what}.")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        notes.append(f"{path.name} could not be read ({exc}): {what}.")
+        return None
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _variants(scenario: dict[str, Any]) -> list[VariantInfo]:
+    server = scenario.get("server") if isinstance(scenario.get("server"), dict) else {}
+    shared_args = server.get("args") if isinstance(server.get("args"), dict) else {}
+    out = []
+    specs = scenario.get("variants") if isinstance(scenario.get("variants"), dict) else {}
+    for name, spec in specs.items():
+        spec = spec if isinstance(spec, dict) else {}
+        args = dict(shared_args)
+        args.update(spec.get("args") or {})
+        out.append(
+            VariantInfo(
+                name=str(name),
+                description=str(spec.get("description") or ""),
+                args=args,
+                env={**(server.get("env") or {}), **(spec.get("env") or {})},
+                patches=list(spec.get("patches") or []),
+                pythonpath=list(spec.get("pythonpath") or []),
+                python=spec.get("python"),
+            )
+        )
+    return out
+
+
+def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> TrialRecord:
+    rel = str(entry.get("dir") or f"trials/{entry.get('index', 0):02d}-{entry.get('variant')}-{entry.get('kind')}")
+    trial_dir = run_dir / rel
+    record = TrialRecord(
+        name=trial_dir.name,
+        dir=trial_dir,
+        index=_int(entry.get("index"), 0),
+        variant=str(entry.get("variant", "?")),
+        kind=str(entry.get("kind", "?")),
+        repetition=_int(entry.get("repetition"), 0),
+        status="not run",
+    )
+    trial_json = trial_dir / "trial.json"
+    if not trial_json.exists():
+        return record
+    try:
+        info = json.loads(trial_json.read_text(encoding="utf-8"))
+        if not isinstance(info, dict):
+            raise ValueError("not an object")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record.status = "unreadable"
+        record.error = f"trial.json could not be read ({exc})"
+        notes.append(f"{record.name}/trial.json could not be read ({exc}).")
+        return record
+    record.index = _int(info.get("index"), record.index)
+    record.variant = str(info.get("variant", record.variant))
+    record.kind = str(info.get("kind", record.kind))
+    record.repetition = _int(info.get("repetition"), record.repetition)
+    status = info.get("status")
+    # `running` left on disk means the run stopped (Ctrl-C, crash) while this trial ran.
+    record.status = {"ok": "ok", "running": "interrupted"}.get(str(status), "failed")
+    record.error = info.get("error") or None
+    record.command = info.get("command") or None
+    record.summary = info.get("summary") if isinstance(info.get("summary"), dict) else {}
+    record.server_info = info.get("server_info") if isinstance(info.get("server_info"), dict) else {}
+    for rel_trace in info.get("traces") or []:
+        path = trial_dir / str(rel_trace)
+        (record.trace_paths.append(path) if path.exists() else record.missing_traces.append(str(rel_trace)))
+    log = trial_dir / "server.log"
+    record.server_log = log if log.exists() else None
+    return record
+
+
+def load_report_data(run_dir: Path) -> ReportData:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise HarnessInputError(f"{run_dir}: not a run directory (no such directory)")
+    markers = ("run.json", "results.json", "trials")
+    if not any((run_dir / m).exists() for m in markers):
+        raise HarnessInputError(
+            f"{run_dir}: not a run directory (expected run.json, results.json or trials/ written by `harness run`)"
+        )
+    notes: list[str] = []
+
+    run = _read_json(run_dir / "run.json", notes, "the trial plan and run status are unknown")
+    run = run if isinstance(run, dict) else {}
+    results = _read_json(
+        run_dir / "results.json", notes, f"no verdict yet; run `harness check {run_dir}` to evaluate the rules"
+    )
+    if results is not None and not isinstance(results, dict):
+        notes.append("results.json is not an object: no verdict.")
+        results = None
+    analysis_doc = _read_json(
+        run_dir / "analysis.json", notes, "no trace analysis: kernel counts, region times and top kernels are not shown"
+    )
+    analysis = analysis_doc.get("trials", {}) if isinstance(analysis_doc, dict) else {}
+    analysis = analysis if isinstance(analysis, dict) else {}
+    analysis_errors = analysis_doc.get("errors") if isinstance(analysis_doc, dict) else None
+    for trial_name, message in (analysis_errors or {}).items() if isinstance(analysis_errors, dict) else ():
+        notes.append(f"The trace analysis of {trial_name} failed: {message}.")
+    environment = _read_json(run_dir / "environment.json", notes, "environment metadata is not shown")
+    environment = environment if isinstance(environment, dict) else {}
+
+    scenario: dict[str, Any] = {}
+    scenario_path = run_dir / "scenario.yaml"
+    if scenario_path.exists():
+        try:
+            loaded = yaml.safe_load(scenario_path.read_text(encoding="utf-8"))
+            scenario = loaded if isinstance(loaded, dict) else {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            notes.append(f"scenario.yaml could not be read ({exc}): variant descriptions are not shown.")
+    else:
+        notes.append("scenario.yaml is missing: variant descriptions and arguments are not shown.")
+
+    # Trials: the plan first (so that trials that never ran show up), then any trial directory
+    # on disk that the plan does not name.
+    trials: list[TrialRecord] = []
+    seen: set[str] = set()
+    for entry in run.get("plan") or []:
+        if isinstance(entry, dict):
+            record = _trial_record(run_dir, entry, notes)
+            trials.append(record)
+            seen.add(record.name)
+    trials_dir = run_dir / "trials"
+    if trials_dir.is_dir():
+        for trial_json in sorted(trials_dir.glob("*/trial.json")):
+            if trial_json.parent.name in seen:
+                continue
+            parts = trial_json.parent.name.split("-")
+            guess = {
+                "dir": f"trials/{trial_json.parent.name}",
+                "index": int(parts[0]) if parts[0].isdigit() else len(trials),
+                "variant": "-".join(parts[1:-1]) or "?",
+                "kind": parts[-1] if len(parts) > 1 else "?",
+            }
+            trials.append(_trial_record(run_dir, guess, notes))
+    trials.sort(key=lambda t: t.index)
+
+    for t in trials:
+        if t.status in ("failed", "unreadable"):
+            notes.append(f"Trial {t.name} failed: {t.error or 'no error recorded'}.")
+        elif t.status == "interrupted":
+            notes.append(f"Trial {t.name} was still running when the run stopped: its measurements are partial.")
+    not_run = [t.name for t in trials if t.status == "not run"]
+    if not_run:
+        notes.append(f"{len(not_run)} planned trial(s) did not run: {', '.join(not_run)}.")
+    if run.get("status") == "incomplete" or run.get("error"):
+        notes.append(f"The run is incomplete: {run.get('error') or 'it stopped before the end of the plan'}.")
+    for t in trials:
+        if t.ok and t.kind == "profiled" and t.name not in analysis and analysis_doc is not None:
+            notes.append(f"analysis.json has no entry for profiled trial {t.name}.")
+        if t.missing_traces:
+            notes.append(f"Trial {t.name}: trace file(s) listed but missing: {', '.join(t.missing_traces)}.")
+
+    return ReportData(
+        run_dir=run_dir,
+        run=run,
+        results=results,
+        analysis=analysis,
+        environment=environment,
+        scenario=scenario,
+        variants=_variants(scenario),
+        trials=trials,
+        notes=notes,
+    )

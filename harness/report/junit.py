@@ -1,0 +1,106 @@
+"""junit.xml: one test case per rule in results.json, for CI test-result publishers.
+
+FAIL -> <failure message=reason>, INCONCLUSIVE -> <skipped message=reason>, PASS -> a plain test
+case. A run without results.json (or without rules) is one test case with an <error>, so that a CI
+publisher never shows "all green" on missing evidence.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from harness.report.data import ReportData
+
+
+def _duration_s(run: dict[str, Any]) -> float:
+    try:
+        started = datetime.fromisoformat(str(run["started"]))
+        finished = datetime.fromisoformat(str(run["finished"]))
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return max(0.0, (finished - started).total_seconds())
+
+
+def _details(rule: dict[str, Any]) -> str:
+    """The body of a failure/skip element: reason, preconditions and numbers, for a CI log."""
+    lines = [str(rule.get("reason") or "")]
+    if rule.get("description"):
+        lines.append(f"rule: {rule['description']}")
+    for pre in rule.get("preconditions") or []:
+        if isinstance(pre, dict):
+            mark = "ok" if pre.get("ok") else "NOT MET"
+            lines.append(f"precondition [{mark}] {pre.get('what', '')}: {pre.get('detail', '')}")
+    numbers = rule.get("numbers")
+    if isinstance(numbers, dict):
+        scalars = {k: v for k, v in numbers.items() if isinstance(v, (int, float, str)) or v is None}
+        if scalars:
+            lines.append("numbers: " + ", ".join(f"{k}={v}" for k, v in scalars.items()))
+    return "\n".join(lines)
+
+
+def junit_tree(data: ReportData) -> ET.ElementTree:
+    suite_name = f"harness.{data.scenario_name}"
+    rules = data.rules
+    duration = _duration_s(data.run)
+    root = ET.Element("testsuites", name="harness")
+    suite = ET.SubElement(root, "testsuite", name=suite_name)
+    timestamp = (data.results or {}).get("evaluated_at") or data.run.get("started")
+    if timestamp:
+        suite.set("timestamp", str(timestamp))
+    hostname = data.environment.get("hostname") or data.environment.get("host")
+    if isinstance(hostname, str) and hostname:
+        suite.set("hostname", hostname)
+
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("run_dir", str(data.run_dir)),
+        ("verdict", data.verdict or "none"),
+        ("run_status", str(data.run.get("status") or (data.results or {}).get("run_status") or "unknown")),
+    ):
+        ET.SubElement(properties, "property", name=name, value=value)
+
+    failures = skipped = errors = 0
+    if not rules:
+        errors = 1
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name="results", time="0")
+        why = (
+            "results.json is missing or unreadable: no rule was evaluated"
+            if data.results is None
+            else "results.json holds no rules: nothing was evaluated"
+        )
+        error = ET.SubElement(case, "error", message=why, type="MissingEvidence")
+        error.text = "\n".join(data.notes)
+    for rule in rules:
+        verdict = rule.get("verdict")
+        reason = str(rule.get("reason") or "")
+        case = ET.SubElement(
+            suite, "testcase", classname=f"{suite_name}.{rule.get('kind', 'rule')}", name=str(rule.get("name", "?")), time="0"
+        )
+        if verdict == "FAIL":
+            failures += 1
+            element = ET.SubElement(case, "failure", message=reason, type="FAIL")
+            element.text = _details(rule)
+        elif verdict == "PASS":
+            continue
+        else:  # INCONCLUSIVE, or anything unknown: never a pass
+            skipped += 1
+            element = ET.SubElement(case, "skipped", message=reason if verdict == "INCONCLUSIVE" else f"verdict {verdict!r}: {reason}")
+            element.text = _details(rule)
+
+    tests = max(len(rules), 1)
+    for element in (root, suite):
+        element.set("tests", str(tests))
+        element.set("failures", str(failures))
+        element.set("errors", str(errors))
+        element.set("skipped", str(skipped))
+        element.set("time", f"{duration:.3f}")
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_junit(data: ReportData, path: Path) -> Path:
+    junit_tree(data).write(path, encoding="utf-8", xml_declaration=True)
+    return path

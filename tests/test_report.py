@@ -1,0 +1,454 @@
+"""The report: index.html, junit.xml, summary.md, `harness report`, the `latest` link.
+
+Two kinds of run directory: a hand-built one that follows docs/internals.md exactly (with real
+CPU profiler traces recorded here), for precise and fast checks and for the incomplete-run cases;
+and a real micro-engine run (tests/test_report_browser.py) for the end-to-end checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import html
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main as harness_main
+from harness.report import append_step_summary, build_report, update_latest_link
+from harness.report.data import load_report_data
+
+SCENARIO_YAML = """\
+name: tiny
+description: hand-built run for the report tests
+engine: micro
+server:
+  args: {--speculative-num-steps: 3, --speculative-eagle-topk: 1}
+variants:
+  baseline:
+    description: softmax + top-1 in the draft
+    args: {--disable-topk1-fast-path: true}
+  candidate:
+    description: argmax in the draft
+"""
+TPOT = {"baseline": [10.0, 10.2, 10.1, 9.9], "candidate": [9.5, 9.6, 9.4, 9.55]}
+ACCEPT = {"baseline": [2.5, 2.5, 2.52, 2.48], "candidate": [2.5, 2.5, 2.52, 2.48]}
+
+
+def record_cpu_trace(path: Path, *, softmax: bool, cycles: int = 4) -> None:
+    """A real torch.profiler CPU trace with the micro engine's region labels."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    logits = torch.randn(2, 4096)
+    weight = torch.randn(4096, 256)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(cycles):
+            with record_function("step[DECODE bs=2]"):
+                for _ in range(2):
+                    logits @ weight
+                    torch.softmax(logits, -1).max(-1) if softmax else torch.argmax(logits, -1)
+            with record_function("step[TARGET_VERIFY bs=2]"):
+                (logits @ weight).relu()
+            with record_function("step[DRAFT_EXTEND_V2 bs=2]"):
+                logits @ weight
+                torch.softmax(logits, -1).max(-1) if softmax else torch.argmax(logits, -1)
+    raw = path.with_suffix("")  # .trace.json
+    prof.export_chrome_trace(str(raw))
+    path.write_bytes(gzip.compress(raw.read_bytes()))
+    raw.unlink()
+
+
+def _analysis_of(trace: Path) -> dict:
+    from harness.traces import analyze_traces
+
+    return analyze_traces([trace]).to_json_dict()
+
+
+def _kernel_rule(name: str, variant: str, region: str, per: tuple[int, int], total: int, verdict: str, reason: str) -> dict:
+    return {
+        "name": name, "kind": "kernel_count", "description": f"{variant} softmax in {region}",
+        "verdict": verdict, "reason": reason,
+        "params": {"region": region, "pattern": "softmax", "variants": [variant], "per": "replay"},
+        "numbers": {"observations": [{
+            "variant": variant, "trial": f"0{0 if variant == 'baseline' else 1}-{variant}-profiled", "rank": 0,
+            "region": region, "pattern": "softmax", "unit": "span", "replays": 4, "total": total,
+            "per_replay_min": per[0], "per_replay_max": per[1], "ok": verdict == "PASS"}]},
+        "preconditions": [{"what": "trace has CPU ops", "ok": True, "detail": "1234 ops"}],
+    }
+
+
+def results_document(run_dir: Path) -> dict:
+    """results.json as docs/internals.md describes it: every rule kind, verdict PASS."""
+    rules = [
+        _kernel_rule("candidate_no_softmax_draft_decode", "candidate", "DRAFT_DECODE", (0, 0), 0, "PASS",
+                     "0 softmax per replay in 4 replays"),
+        _kernel_rule("baseline_has_softmax_draft_decode", "baseline", "DRAFT_DECODE", (2, 2), 8, "PASS",
+                     "2 softmax per replay in 4 replays"),
+        {"name": "accept_length_unchanged", "kind": "accept_length", "description": "", "verdict": "PASS",
+         "reason": "ratio 1.000 within ±1%", "params": {"rel_tolerance": 0.01},
+         "numbers": {"baseline": ACCEPT["baseline"], "candidate": ACCEPT["candidate"], "ratio": 1.0,
+                     "ci_low": 0.995, "ci_high": 1.005, "rel_tolerance": 0.01, "min": 1.5},
+         "preconditions": []},
+        {"name": "greedy_outputs_identical", "kind": "output_identity", "description": "", "verdict": "PASS",
+         "reason": "32 of 32 requests identical", "params": {"min_fraction": 1.0},
+         "numbers": {"compared": 32, "identical": 32, "fraction": 1.0, "first_difference": None}, "preconditions": []},
+        {"name": "tpot_improved", "kind": "tpot_gain", "description": "", "verdict": "PASS",
+         "reason": "gain 5.4% (95% CI 4.1% – 6.6%) clears 1%", "params": {"min_gain": 0.01},
+         "numbers": {"baseline_ms": TPOT["baseline"], "candidate_ms": TPOT["candidate"], "ratio": 0.946,
+                     "ci_low": 0.934, "ci_high": 0.959, "confidence": 0.95, "gain": 0.054, "p_value": 0.03,
+                     "min_gain": 0.01, "min_detectable_gain": 0.02}, "preconditions": []},
+        {"name": "gain_explained_by_softmax", "kind": "explained_gain", "description": "", "verdict": "PASS",
+         "reason": "measured 0.55 ms, predicted 0.5 ms", "params": {},
+         "numbers": {"measured_saving_ms": 0.55, "predicted_saving_ms": 0.5, "ratio": 1.1,
+                     "removed_us_per_cycle": 1250.0, "tokens_per_cycle": 2.5}, "preconditions": []},
+    ]
+    return {
+        "schema_version": 1, "scenario": "tiny", "run_dir": str(run_dir), "aa": False, "run_status": "complete",
+        "evaluated_at": "2026-11-29T15:30:00", "verdict": "PASS", "exit_code": 0,
+        "variants": {v: {"timed_trials": [], "profiled_trials": [], "median_tpot_ms": TPOT[v],
+                         "accept_length": ACCEPT[v]} for v in ("baseline", "candidate")},
+        "rules": rules,
+    }
+
+
+def make_run_dir(root: Path, *, name: str = "20261129-150000-tiny", analysis: bool = True) -> Path:
+    """A complete run directory of scenario `tiny`: 2 profiled + 8 timed trials (ABBA), PASS."""
+    run_dir = root / "runs" / name
+    (run_dir / "trials").mkdir(parents=True)
+    (run_dir / "scenario.yaml").write_text(SCENARIO_YAML)
+    plan = []
+    order = [("baseline", "profiled", 0), ("candidate", "profiled", 0)]
+    for rep in range(4):
+        arms = ["baseline", "candidate"] if rep % 2 == 0 else ["candidate", "baseline"]
+        order += [(arm, "timed", rep) for arm in arms]
+    analysis_doc: dict = {"schema_version": 1, "trials": {}}
+    for index, (variant, kind, rep) in enumerate(order):
+        dir_name = f"{index:02d}-{variant}-{kind}"
+        trial_dir = run_dir / "trials" / dir_name
+        trial_dir.mkdir()
+        plan.append({"index": index, "variant": variant, "kind": kind, "repetition": rep, "dir": f"trials/{dir_name}"})
+        traces = []
+        if kind == "profiled":
+            (trial_dir / "profile").mkdir()
+            trace = trial_dir / "profile" / f"{variant}-1-TP-0.trace.json.gz"
+            record_cpu_trace(trace, softmax=variant == "baseline")
+            traces.append(f"profile/{trace.name}")
+            if analysis:
+                analysis_doc["trials"][dir_name] = _analysis_of(trace)
+        tpot = TPOT[variant][rep] if kind == "timed" else 30.0
+        accept = ACCEPT[variant][rep] if kind == "timed" else 2.5
+        (trial_dir / "server.log").write_text("server started\n")
+        (trial_dir / "requests.jsonl").write_text("")
+        (trial_dir / "trial.json").write_text(json.dumps({
+            "index": index, "variant": variant, "kind": kind, "repetition": rep, "status": "ok", "error": None,
+            "command": f"python -m harness.micro.server --port 1234{' --disable-topk1-fast-path' if variant == 'baseline' else ''}",
+            "started": "2026-11-29T15:00:00", "finished": "2026-11-29T15:00:10",
+            "server_info": {"version": "micro-0.1", "speculative_eagle_topk": 1,
+                            "fast_path": variant == "candidate"},
+            "summary": {"requests": 8, "errors": 0, "completion_tokens": 384, "spec_verify_ct": 154,
+                        "accept_length": accept, "median_tpot_ms": tpot, "mean_tpot_ms": tpot,
+                        "median_ttft_ms": 20.0, "median_itl_ms": tpot * 2.5, "output_throughput_tok_s": 1000 / tpot,
+                        "duration_s": 5.0},
+            "traces": traces,
+        }))
+    (run_dir / "run.json").write_text(json.dumps({
+        "schema_version": 1, "scenario": "tiny", "aa": False, "status": "complete", "error": None,
+        "started": "2026-11-29T15:00:00", "finished": "2026-11-29T15:02:05", "plan": plan}))
+    (run_dir / "environment.json").write_text(json.dumps({
+        "harness_version": "0.1.0", "git_commit": "abc123", "python": "3.11.9", "torch": "2.13.0+cpu",
+        "gpu": None, "cpu": "test CPU", "hostname": "testhost"}))
+    if analysis:
+        (run_dir / "analysis.json").write_text(json.dumps(analysis_doc))
+    (run_dir / "results.json").write_text(json.dumps(results_document(run_dir)))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def pristine_run(tmp_path_factory) -> Path:
+    return make_run_dir(tmp_path_factory.mktemp("report"))
+
+
+@pytest.fixture()
+def run_dir(pristine_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the hand-built run (tests modify it)."""
+    target = tmp_path / "runs" / pristine_run.name
+    shutil.copytree(pristine_run, target)
+    return target
+
+
+def set_verdict(run_dir: Path, rule_name: str, verdict: str, reason: str) -> dict:
+    """Rewrite results.json with one rule's verdict changed (and the overall verdict to match)."""
+    results = json.loads((run_dir / "results.json").read_text())
+    for rule in results["rules"]:
+        if rule["name"] == rule_name:
+            rule["verdict"], rule["reason"] = verdict, reason
+    verdicts = [r["verdict"] for r in results["rules"]]
+    results["verdict"] = "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "PASS"
+    results["exit_code"] = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}[results["verdict"]]
+    (run_dir / "results.json").write_text(json.dumps(results))
+    return results
+
+
+# ---- the page -----------------------------------------------------------------------------------
+
+
+def test_page_is_self_contained_and_shows_every_figure(run_dir):
+    paths = build_report(run_dir)
+    page = paths.html.read_text()
+    assert paths.verdict == "PASS"
+    assert 'id="verdict">PASS<' in page
+    for forbidden in ("<script src", "<link ", "@import", "url(http", 'src="http', "<img "):
+        assert forbidden not in page, forbidden
+    assert page.count("<svg") == 5, "counts, region time, TPOT, accept length, timeline"
+    assert "No pattern counts" not in page and "No timeline" not in page and "No region times" not in page
+    # every rule appears with its reason; every trace and server log is linked, relatively
+    results = json.loads((run_dir / "results.json").read_text())
+    for rule in results["rules"]:
+        assert rule["name"] in page and html.escape(rule["reason"]) in page
+    assert 'href="trials/00-baseline-profiled/profile/baseline-1-TP-0.trace.json.gz"' in page
+    assert page.count('>server.log</a>') == 10
+    assert "ui.perfetto.dev" in page and "chrome://tracing" in page
+    # variants with their description and flags; environment side by side
+    assert "softmax + top-1 in the draft" in page and "--disable-topk1-fast-path" in page
+    assert "server_info.fast_path" in page and "torch" in page
+
+
+def test_figure_svgs_have_unique_ids(run_dir):
+    import re
+
+    page = build_report(run_dir).html.read_text()
+    ids = re.findall(r'\sid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))
+
+
+def test_top_kernels_and_region_time_come_from_the_traces(run_dir):
+    from harness.report import analysis_view as av
+
+    data = load_report_data(run_dir)
+    times, label = av.region_time_per_cycle(data)
+    assert label == "CPU µs"
+    assert set(times) == {"baseline", "candidate"}
+    assert set(times["baseline"]) == {"DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND"}
+    tables, unit = av.top_kernels(data)
+    decode = {row.name: row for row in tables["DRAFT_DECODE"]}
+    # 2 softmax per draft-decode span in the baseline, none in the candidate
+    assert decode["aten::_softmax"].baseline_calls == 2 and decode["aten::_softmax"].candidate_calls is None
+    assert decode["aten::argmax"].candidate_calls == 2
+    timeline, _ = av.cycle_timelines(data, "softmax")
+    base_regions = [b.region for b in timeline["baseline"] if b.lane == "regions"]
+    assert base_regions == ["DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND"]
+    assert sum(b.matched for b in timeline["baseline"]) == 3  # 2 in draft decode + 1 in draft extend
+    assert not any(b.matched for b in timeline["candidate"])
+
+
+def test_count_bars_from_analysis_match_the_traces(run_dir):
+    from harness.report import analysis_view as av
+
+    bars = {(b.region, b.variant): b for b in av.count_bars(load_report_data(run_dir), "softmax")}
+    assert bars[("DRAFT_DECODE", "baseline")].per_replay_max == 2 and bars[("DRAFT_DECODE", "baseline")].total == 8
+    assert bars[("DRAFT_EXTEND", "baseline")].total == 4
+    assert bars[("DRAFT_DECODE", "candidate")].total == 0
+
+
+@pytest.mark.parametrize(
+    ("rule", "verdict", "reason"),
+    [
+        ("candidate_no_softmax_draft_decode", "FAIL", "candidate has 2 softmax per replay in DRAFT_DECODE (want 0)"),
+        ("tpot_improved", "INCONCLUSIVE", "gain 0.4% inside the noise; smallest detectable gain 3.1%"),
+    ],
+)
+def test_why_comes_right_after_the_verdict(run_dir, rule, verdict, reason):
+    set_verdict(run_dir, rule, verdict, reason)
+    page = build_report(run_dir).html.read_text()
+    assert f'id="verdict">{verdict}<' in page
+    why = page.index('id="why"')
+    assert page.index('id="verdict"') < why < page.index(reason) < page.index('id="rules"')
+    assert f'class="banner {verdict}"' in page
+
+
+# ---- missing pieces -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("remove", "expected_note"),
+    [
+        ("results.json", "results.json is missing"),
+        ("analysis.json", "analysis.json is missing"),
+        ("environment.json", "environment.json is missing"),
+        ("run.json", "run.json is missing"),
+        ("scenario.yaml", "scenario.yaml is missing"),
+        ("trials/00-baseline-profiled/profile", "has no trace file"),
+    ],
+)
+def test_missing_pieces_become_notes(run_dir, remove, expected_note):
+    target = run_dir / remove
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    paths = build_report(run_dir)
+    page = paths.html.read_text()
+    assert expected_note in page
+    assert expected_note in paths.summary.read_text()
+    ET.parse(paths.junit)  # still well-formed
+
+
+def test_failed_trial_and_unreadable_trace_are_notes_not_crashes(run_dir):
+    trial = run_dir / "trials" / "03-candidate-timed" / "trial.json"
+    info = json.loads(trial.read_text())
+    info.update(status="failed", error="server exited with code 1 at startup", summary=None)
+    trial.write_text(json.dumps(info))
+    (run_dir / "trials" / "01-candidate-profiled" / "profile" / "candidate-1-TP-0.trace.json.gz").write_bytes(b"\x1f\x8bnot gzip")
+    interrupted = run_dir / "trials" / "08-candidate-timed" / "trial.json"
+    info = json.loads(interrupted.read_text())
+    info.update(status="running", finished=None)
+    interrupted.write_text(json.dumps(info))
+    shutil.rmtree(run_dir / "trials" / "09-baseline-timed")
+    run = json.loads((run_dir / "run.json").read_text())
+    run.update(status="incomplete", error="trial 03-candidate-timed failed")
+    (run_dir / "run.json").write_text(json.dumps(run))
+    page = build_report(run_dir).html.read_text()
+    assert "Trial 03-candidate-timed failed: server exited with code 1 at startup" in page
+    assert "could not be analysed" in page
+    assert "did not run: 09-baseline-timed" in page
+    assert "08-candidate-timed was still running when the run stopped" in page
+    assert "The run is incomplete" in page
+
+
+def test_empty_results_and_garbage_json(run_dir):
+    (run_dir / "results.json").write_text("{not json")
+    (run_dir / "analysis.json").write_text(json.dumps({"schema_version": 1, "trials": {},
+                                                       "errors": {"00-baseline-profiled": "ValueError: boom"}}))
+    paths = build_report(run_dir)
+    page = paths.html.read_text()
+    assert paths.verdict is None and 'id="verdict">NO VERDICT<' in page
+    assert "results.json could not be read" in page
+    assert "The trace analysis of 00-baseline-profiled failed: ValueError: boom" in page
+    suite = ET.parse(paths.junit).getroot().find("testsuite")
+    assert suite.get("errors") == "1" and suite.find("testcase/error") is not None
+
+
+# ---- JUnit --------------------------------------------------------------------------------------
+
+
+def check_junit_essentials(junit: Path, results: dict) -> ET.Element:
+    """The JUnit schema's essentials, as publishers (Jenkins, GitHub actions) read them."""
+    root = ET.parse(junit).getroot()
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert len(suites) == 1
+    suite = suites[0]
+    cases = suite.findall("testcase")
+    rules = results["rules"]
+    assert len(cases) == len(rules) == int(suite.get("tests")) == int(root.get("tests"))
+    for element in (root, suite):
+        for attribute in ("tests", "failures", "errors", "skipped", "time"):
+            assert element.get(attribute) is not None, attribute
+        float(element.get("time"))
+    by_name = {c.get("name"): c for c in cases}
+    for rule in rules:
+        case = by_name[rule["name"]]
+        assert case.get("classname") and case.get("time") is not None
+        children = [child.tag for child in case]
+        if rule["verdict"] == "FAIL":
+            assert children == ["failure"] and case.find("failure").get("message") == rule["reason"]
+        elif rule["verdict"] == "INCONCLUSIVE":
+            assert children == ["skipped"] and case.find("skipped").get("message") == rule["reason"]
+        else:
+            assert children == []
+    assert int(suite.get("failures")) == sum(r["verdict"] == "FAIL" for r in rules)
+    assert int(suite.get("skipped")) == sum(r["verdict"] == "INCONCLUSIVE" for r in rules)
+    assert int(suite.get("errors")) == 0
+    return suite
+
+
+def test_junit_counts_and_reasons(run_dir):
+    set_verdict(run_dir, "candidate_no_softmax_draft_decode", "FAIL", 'softmax "back" <in> DRAFT_DECODE & more')
+    results = set_verdict(run_dir, "tpot_improved", "INCONCLUSIVE", "inside the noise")
+    paths = build_report(run_dir)
+    suite = check_junit_essentials(paths.junit, results)
+    assert suite.get("failures") == "1" and suite.get("skipped") == "1" and suite.get("tests") == "6"
+    assert float(suite.get("time")) == 125.0  # run.json started -> finished
+
+
+# ---- summary.md and $GITHUB_STEP_SUMMARY --------------------------------------------------------
+
+
+def test_summary_has_verdict_rule_table_and_key_numbers(run_dir):
+    set_verdict(run_dir, "greedy_outputs_identical", "FAIL", "request 3 differs | at token 7")
+    text = build_report(run_dir).summary.read_text()
+    assert text.startswith("## ❌ FAIL: `tiny`")
+    assert "| `greedy_outputs_identical` | output_identity | ❌ FAIL | request 3 differs \\| at token 7 |" in text
+    assert "TPOT candidate/baseline = 0.9460 (95% CI 0.9340 – 0.9590), gain 5.4%" in text
+    assert "Accept length: baseline 2.5 (median of 4); candidate 2.5 (median of 4); ratio 1.0000" in text
+    assert "DRAFT_DECODE: candidate 0 per replay (0 in 4 replays)" in text
+    assert "baseline 2 per replay (8 in 4 replays)" in text
+
+
+def test_append_step_summary(run_dir, tmp_path, monkeypatch):
+    build_report(run_dir)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert append_step_summary(run_dir) is None
+    target = tmp_path / "step_summary.md"
+    target.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+    assert append_step_summary(run_dir) == target
+    text = target.read_text()
+    assert text.startswith("earlier step\n## ✅ PASS: `tiny`")
+    (run_dir / "summary.md").unlink()  # built on demand when the report was not
+    append_step_summary(run_dir)
+    assert target.read_text().count("## ✅ PASS") == 2
+
+
+# ---- the command and the latest link ------------------------------------------------------------
+
+
+def test_harness_report_command(run_dir, capsys):
+    assert harness_main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"PASS: {run_dir / 'index.html'}")
+    assert (run_dir / "junit.xml").exists() and (run_dir / "summary.md").exists()
+
+
+@pytest.mark.parametrize("make_bad", ["missing", "file", "empty_dir"])
+def test_harness_report_bad_run_dir_is_one_line_exit_2(tmp_path, capsys, make_bad):
+    bad = tmp_path / "nope"
+    if make_bad == "file":
+        bad.write_text("x")
+    elif make_bad == "empty_dir":
+        bad.mkdir()
+    assert harness_main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harness report: ") and "not a run directory" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_latest_link_points_at_newest_run_and_is_idempotent(run_dir):
+    runs = run_dir.parent
+    older = runs / "20261128-090000-tiny"
+    shutil.copytree(run_dir, older)
+    link = runs.parent / "latest"
+    build_report(older)
+    assert link.is_symlink() and link.resolve() == run_dir.resolve()  # newest, not the one rebuilt
+    assert update_latest_link(run_dir) == link and update_latest_link(run_dir) == link
+    assert link.resolve() == run_dir.resolve()
+    newer = runs / "20261130-000000-tiny"
+    shutil.copytree(run_dir, newer)
+    update_latest_link(run_dir)
+    assert link.resolve() == newer.resolve()
+
+
+def test_no_latest_link_outside_a_runs_folder(tmp_path, pristine_run):
+    elsewhere = tmp_path / "somewhere" / "myrun"
+    shutil.copytree(pristine_run, elsewhere)
+    build_report(elsewhere)
+    assert not (tmp_path / "latest").exists() and not (tmp_path / "somewhere" / "latest").exists()
+
+
+def test_aa_runs_are_labelled(run_dir):
+    results = json.loads((run_dir / "results.json").read_text())
+    results["aa"] = True
+    (run_dir / "results.json").write_text(json.dumps(copy.deepcopy(results)))
+    page = build_report(run_dir).html.read_text()
+    assert "A/A (both arms run the baseline)" in page

@@ -1,0 +1,147 @@
+"""The CI workflows: valid against GitHub's workflow schema (check-jsonschema's vendored copy, no
+network), and doing what the README promises: the GPU job always uploads the run directory and
+publishes JUnit, fails on FAIL, warns on INCONCLUSIVE. The shell steps that decide this are run
+here with bash, so a broken exit-code capture is caught before it reaches a GPU runner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO / ".github" / "workflows"
+GPU = WORKFLOWS / "gpu-regression.yml"
+CPU = WORKFLOWS / "cpu-tests.yml"
+
+
+def load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text())
+    # YAML 1.1 reads the key `on` as True.
+    data["on"] = data.pop(True, data.get("on"))
+    return data
+
+
+def step(workflow: dict, name: str) -> dict:
+    steps = workflow["jobs"][next(iter(workflow["jobs"]))]["steps"]
+    found = [s for s in steps if s.get("name") == name]
+    assert found, f"no step named {name!r}"
+    return found[0]
+
+
+def check_jsonschema() -> list[str]:
+    exe = Path(sys.executable).with_name("check-jsonschema")
+    if exe.exists():
+        return [str(exe)]
+    if shutil.which("check-jsonschema"):
+        return ["check-jsonschema"]
+    pytest.skip("check-jsonschema is not installed (it is in the `test` extra: pip install -e '.[test]')")
+
+
+@pytest.mark.parametrize("workflow", [GPU, CPU], ids=lambda p: p.name)
+def test_workflow_is_valid_against_the_github_schema(workflow):
+    result = subprocess.run(
+        [*check_jsonschema(), "--builtin-schema", "vendor.github-workflows", str(workflow)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_catches_a_broken_workflow(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text(GPU.read_text().replace("runs-on:", "runs_on:", 1))
+    result = subprocess.run(
+        [*check_jsonschema(), "--builtin-schema", "vendor.github-workflows", str(broken)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode != 0
+
+
+def test_gpu_workflow_shape():
+    wf = load(GPU)
+    scenario = wf["on"]["workflow_dispatch"]["inputs"]["scenario"]
+    assert scenario["default"] == "scenarios/sglang_llama31_8b_eagle3_topk1.yaml"
+    assert (REPO / scenario["default"]).exists(), "the default scenario must ship with the project"
+    job = wf["jobs"]["regression"]
+    assert "self-hosted" in job["runs-on"] and "gpu" in job["runs-on"]
+    install = step(wf, "Install the harness with SGLang")["run"]
+    assert "pip install -e '.[sglang]'" in install
+    # Artifact and test results are published whatever the verdict, from the resolved run dir.
+    upload = step(wf, "Upload the run directory")
+    assert upload["if"] == "always()" and upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["with"]["path"] == "${{ steps.rundir.outputs.path }}"
+    junit = step(wf, "Publish the rules as test results")
+    assert junit["if"] == "always()" and junit["uses"].startswith("mikepenz/action-junit-report@")
+    assert junit["with"]["report_paths"].endswith("/junit.xml")
+    assert wf["permissions"]["checks"] == "write"
+    assert step(wf, "Gate on the verdict")["if"] == "always()"
+    # No step may fail the job before the publishing steps (continue-on-error is not needed
+    # because the run step captures the exit code itself).
+    names = [s.get("name") for s in job["steps"]]
+    assert names.index("Run the scenario") < names.index("Upload the run directory") < names.index("Gate on the verdict")
+
+
+def test_inputs_never_pasted_into_scripts():
+    """`${{ inputs.* }}` inside `run:` is a script-injection hole; it must go through env."""
+    for path in (GPU, CPU):
+        for job in load(path)["jobs"].values():
+            for s in job["steps"]:
+                assert "${{" not in s.get("run", ""), f"{path.name}: {s.get('name')}: expression inside run"
+
+
+def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    # GitHub runs `run:` steps with `bash -e {0}` by default.
+    return subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3])
+def test_run_step_captures_the_exit_code_and_never_fails(tmp_path, code):
+    fake = tmp_path / ".venv" / "bin" / "harness"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\necho running \"$@\"\nexit {code}\n")
+    fake.chmod(0o755)
+    output = tmp_path / "github_output"
+    result = _bash(step(load(GPU), "Run the scenario")["run"], tmp_path,
+                   {"SCENARIO": "scenarios/x.yaml", "GITHUB_OUTPUT": str(output)})
+    assert result.returncode == 0, result.stderr
+    assert "running run scenarios/x.yaml" in result.stdout
+    assert output.read_text().splitlines() == [f"exit_code={code}"]
+
+
+@pytest.mark.parametrize(
+    ("code", "job_fails", "annotation"),
+    [("0", False, None), ("1", True, "::error title=harness: FAIL::"), ("3", False, "::warning title=harness: INCONCLUSIVE::"),
+     ("2", True, "::error title=harness: no verdict::"), ("", True, "::error title=harness: no verdict::")],
+)
+def test_gate_step_fails_on_fail_and_warns_on_inconclusive(tmp_path, code, job_fails, annotation):
+    result = _bash(step(load(GPU), "Gate on the verdict")["run"], tmp_path, {"EXIT_CODE": code})
+    assert (result.returncode != 0) == job_fails
+    if annotation:
+        assert result.stdout.startswith(annotation)
+    else:
+        assert "::" not in result.stdout
+
+
+def test_rundir_step_resolves_the_latest_link(tmp_path):
+    run_dir = tmp_path / "reports" / "runs" / "20260101-000000-x"
+    run_dir.mkdir(parents=True)
+    (tmp_path / "reports" / "latest").symlink_to("runs/20260101-000000-x")
+    output = tmp_path / "github_output"
+    result = _bash(step(load(GPU), "Locate the run directory")["run"], tmp_path, {"GITHUB_OUTPUT": str(output)})
+    assert result.returncode == 0
+    assert output.read_text().strip() == f"path={run_dir}"
+
+
+def test_cpu_workflow_runs_make_test():
+    wf = load(CPU)
+    assert "pull_request" in wf["on"] and "push" in wf["on"]
+    job = wf["jobs"]["test"]
+    assert job["runs-on"] == "ubuntu-latest"
+    assert any("make test" in s.get("run", "") for s in job["steps"])
+    assert "download.pytorch.org/whl/cpu" in job["env"]["PIP_EXTRA_INDEX_URL"]
