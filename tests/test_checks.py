@@ -10,7 +10,7 @@ import pytest
 from harness.checks import check_run_dir, evaluate_run, overall_verdict
 from harness.cli import main
 from harness.rundir import load_run_dir
-from tests.rundir_factory import Arm, file_facts, write_run_dir
+from rundir_factory import Arm, file_facts, write_run_dir
 
 rng = np.random.default_rng(7)
 
