@@ -1,0 +1,131 @@
+"""The analysis document (`harness analyze --json`, `analysis.json`): pydantic models that the
+checks and the report import. Field meanings are documented in README.md, "Trace analysis".
+
+Fail-closed conventions: a count that the trace cannot support is `null` with `known: false` and
+a `note`, never 0; validity facts and warnings say how far the counts can be trusted.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 1
+Unit = Literal["graph_launch", "span", "trace"]
+Subject = Literal["gpu_ops", "cpu_ops"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class RegionRule(_Model):
+    name: str
+    regex: str
+
+
+class CountRow(_Model):
+    """One count pattern in one region, over one kind of counting unit.
+
+    unit: graph_launch = each graph replay of the region is one instance; span = each region
+    span instance (eager GPU ops launched inside it, or CPU ops) is one; trace = ops outside
+    every region, counted once for the whole trace.
+    """
+
+    region: str
+    unit: Unit
+    pattern: str
+    known: bool = True
+    note: str | None = None
+    replays: int  # instances counted (graph launches with recorded GPU ops, spans, or 1)
+    empty_launches: int = 0  # graph launches of the region with no recorded GPU op (not counted)
+    total: int | None
+    per_replay_min: int | None
+    per_replay_median: float | None
+    per_replay_max: int | None
+    per_replay_histogram: dict[int, int]  # matches in one instance -> instances
+    time_us: float | None
+    matched_names: dict[str, int]  # name -> matches
+
+
+class RegionCounts(_Model):
+    """A region's counts in its main unit: graph_launch when the region has graph launches, else
+    span (CPU or eager work), `trace` for work outside every region. `counts` maps pattern -> row;
+    all units' rows are in the flat `counts` list of the file."""
+
+    unit: Unit
+    units: int  # instances counted in that unit (= each row's `replays`)
+    counts: dict[str, CountRow]
+
+
+class PatternTotal(_Model):
+    """One count pattern over the whole trace, by where the matches ran."""
+
+    pattern: str
+    total: int
+    in_graph_launches: int  # replayed by a graph (its launch, or its graph id, says so)
+    eager: int  # total - in_graph_launches
+    without_launch: int  # of total: no launch recorded for it
+    time_us: float
+    matched_names: dict[str, int]
+    complete: bool = True  # false: the trace cannot hold every match (e.g. nsys graph mode)
+    note: str | None = None
+
+
+class TopOp(_Model):
+    region: str
+    unit: Unit
+    name: str
+    count: int
+    time_us: float
+
+
+class Validity(_Model):
+    """Facts a fail-closed check needs before it may believe a zero."""
+
+    subject: Literal["gpu_ops", "cpu_ops", "mixed"]  # what the counts count
+    kernels: int
+    gpu_ops: int  # kernels + memcpys + memsets
+    cpu_ops: int
+    runtime_calls: int
+    kernel_launch_calls: int  # runtime calls that launch one kernel (cudaLaunchKernel, ...)
+    kernel_launch_calls_without_gpu_ops: int
+    graph_launches: int
+    graph_launches_without_kernels: int
+    gpu_ops_without_launch: int
+    unlabelled_graph_launches: int  # graph launches in no region
+    unlabelled_eager_launches: int  # eager launches (with GPU ops) in no region
+    graph_trace_mode: str | None  # nsys CUDA_GRAPH_TRACE_OPTIONS:MODE ("Graph", "Node"); null for Kineto
+    per_graph_counts_known: bool  # false: replayed kernels are not in the trace
+    launches_exceed_kernels: bool  # kernel_launch_calls > kernels: a capture trace or lost records
+    region_instances: dict[str, dict[str, int]]  # region -> {"graph_launch": n, "span": n}
+    warnings: list[str]
+
+
+class FileAnalysis(_Model):
+    path: str
+    format: Literal["kineto", "nsys"]
+    platform: str  # cuda | rocm | cpu
+    rank: int
+    rank_source: Literal["distributedInfo", "file_name", "position"]
+    graph_launches: int
+    kernels_per_graph_launch: dict[int, int] | None  # kernels in a launch -> launches; null: unknown
+    validity: Validity
+    regions: dict[str, RegionCounts]  # region -> its counts in its main unit
+    counts: list[CountRow]  # every (region, unit, pattern) row
+    pattern_totals: list[PatternTotal]
+    top_ops: list[TopOp]  # per region and unit, the 10 names with the most time
+
+
+class CombinedAnalysis(_Model):
+    """All files together (one per TP rank): sums, and per-replay statistics over all replays."""
+
+    files: int
+    ranks: list[int]
+    graph_launches: int
+    kernels_per_graph_launch: dict[int, int] | None
+    validity: Validity
+    regions: dict[str, RegionCounts]
+    counts: list[CountRow]
+    pattern_totals: list[PatternTotal]
