@@ -1,0 +1,27 @@
+"""The built-in micro engine: `python -m harness.micro.server` with the scenario's flags.
+
+The harness never imports the micro engine; it starts it as a server process like SGLang.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.engines import ServerCommand, server_python, variant_environment
+from harness.scenario import Scenario, render_args
+
+SERVER_MODULE = "harness.micro.server"
+
+
+def build_command(scenario: Scenario, variant: str, *, host: str, port: int, profile_dir: Path) -> ServerCommand:
+    argv = [
+        server_python(scenario, variant),
+        "-m",
+        SERVER_MODULE,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *render_args(scenario.server_args(variant)),
+    ]
+    return ServerCommand(argv=argv, env=variant_environment(scenario, variant, profile_dir=profile_dir))

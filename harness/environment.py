@@ -1,0 +1,161 @@
+"""environment.json: what ran where, so that two runs can be told apart later.
+
+Facts about a variant's software (torch, SGLang) come from that variant's own interpreter and
+PYTHONPATH, in a small subprocess: the harness never imports SGLang itself (without a GPU its import
+fails), and the variant may use a different install than the harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.engines import HARNESS_SOURCE_ROOT, server_python, variant_environment
+from harness.scenario import Scenario
+
+PROBE_TIMEOUT_S = 60.0
+
+# Run in the variant's interpreter. Locates sglang without importing it.
+_PROBE = r"""
+import importlib.metadata as md, importlib.util, json, os, re, subprocess, sys, platform
+out = {"python": sys.version.split()[0], "executable": sys.executable, "implementation": platform.python_implementation()}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
+    out["torch_hip"] = getattr(torch.version, "hip", None)
+except Exception as exc:
+    out["torch"] = None
+    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+spec = importlib.util.find_spec("sglang")
+if spec is None or not spec.origin:
+    out["sglang"] = None
+else:
+    pkg = os.path.dirname(spec.origin)
+    info = {"path": pkg, "version": None, "commit": None}
+    try:
+        info["version"] = md.version("sglang")
+    except md.PackageNotFoundError:
+        pass
+    if info["version"] is None:
+        try:
+            text = open(os.path.join(pkg, "version.py"), encoding="utf-8").read()
+            m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
+            info["version"] = m.group(1) if m else None
+        except OSError:
+            pass
+    try:
+        r = subprocess.run(["git", "-C", pkg, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        info["commit"] = r.stdout.strip() or None
+    except Exception:
+        pass
+    out["sglang"] = info
+print("HARNESS_PROBE " + json.dumps(out))
+"""
+
+
+def _run(argv: list[str], *, cwd: Path | None = None, timeout: float = 10.0) -> str | None:
+    try:
+        result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def harness_facts() -> dict[str, Any]:
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=HARNESS_SOURCE_ROOT)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HARNESS_SOURCE_ROOT)
+    return {
+        "version": __version__,
+        "git_commit": commit,
+        "git_dirty": bool(dirty) if dirty is not None else None,
+        "source": str(HARNESS_SOURCE_ROOT),
+    }
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def gpu_facts() -> list[dict[str, str]]:
+    """One entry per GPU from nvidia-smi (or rocm-smi's product name), empty without one."""
+    if shutil.which("nvidia-smi"):
+        out = _run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], timeout=30
+        )
+        gpus = []
+        for line in (out or "").splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 2:
+                gpus.append({"name": parts[0], "driver": parts[1], "memory": parts[2] if len(parts) > 2 else ""})
+        return gpus
+    if shutil.which("rocm-smi"):
+        out = _run(["rocm-smi", "--showproductname", "--json"], timeout=30)
+        try:
+            cards = json.loads(out or "{}")
+        except json.JSONDecodeError:
+            return []
+        return [{"name": str(v.get("Card series") or v.get("Card model")), "driver": ""} for v in cards.values()]
+    return []
+
+
+def probe_interpreter(python: str, env: dict[str, str]) -> dict[str, Any]:
+    """Python, torch and SGLang facts as seen by `python` with `env` added (its PYTHONPATH)."""
+    try:
+        result = subprocess.run(
+            [python, "-c", _PROBE],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"executable": python, "error": f"{type(exc).__name__}: {exc}"}
+    for line in result.stdout.splitlines():
+        if line.startswith("HARNESS_PROBE "):
+            return json.loads(line[len("HARNESS_PROBE ") :])
+    last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"executable": python, "error": f"probe exited with {result.returncode}: {last}"}
+
+
+def collect_environment(scenario: Scenario, *, variants: list[str] | None = None) -> dict[str, Any]:
+    """The facts for environment.json; `variants` are the configurations that run (default: all)."""
+    names = variants if variants is not None else list(scenario.variants)
+    probes: dict[tuple[str, str], dict[str, Any]] = {}
+    per_variant: dict[str, Any] = {}
+    for name in names:
+        python = server_python(scenario, name)
+        env = variant_environment(scenario, name, profile_dir=Path(os.devnull))
+        # Only what decides which packages are found: the interpreter and PYTHONPATH.
+        key = (python, env.get("PYTHONPATH", ""))
+        if key not in probes:
+            probes[key] = probe_interpreter(python, {"PYTHONPATH": key[1]})
+        per_variant[name] = probes[key]
+    return {
+        "schema_version": 1,
+        "harness": harness_facts(),
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpu_facts(),
+        "engine": scenario.engine,
+        "variants": per_variant,
+    }

@@ -1,0 +1,97 @@
+"""Profiler collection over SGLang's HTTP API: `/start_profile`, `/stop_profile`, and waiting until
+the trace files are on disk and complete.
+
+With `num_steps` the server's profiler stops by itself after that many forward steps and then writes
+`{prefix-}{profile_id}-TP-{rank}....trace.json.gz` into `output_dir`. Writing a large trace takes a
+while, so a file counts as complete only when its size has stopped changing and it decompresses to the
+end.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from harness.scenario import ProfileSpec
+
+TRACE_GLOB = "*.trace.json*"
+POLL_S = 0.25
+
+
+class ProfilingError(Exception):
+    pass
+
+
+def start_profile_body(spec: ProfileSpec, *, output_dir: Path, profile_id: str) -> dict[str, Any]:
+    return {
+        "output_dir": str(output_dir),
+        "num_steps": spec.num_steps,
+        "activities": list(spec.activities),
+        "with_stack": spec.with_stack,
+        "record_shapes": spec.record_shapes,
+        "profile_id": profile_id,
+    }
+
+
+def start_profile(base_url: str, spec: ProfileSpec, *, output_dir: Path, profile_id: str, timeout_s: float = 120.0) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    body = start_profile_body(spec, output_dir=output_dir, profile_id=profile_id)
+    try:
+        response = httpx.post(f"{base_url}/start_profile", json=body, timeout=timeout_s, trust_env=False)
+    except httpx.HTTPError as exc:
+        raise ProfilingError(f"POST /start_profile failed ({type(exc).__name__}: {exc})") from None
+    if response.status_code != 200:
+        raise ProfilingError(f"POST /start_profile answered HTTP {response.status_code}: {response.text[:300]}")
+
+
+def stop_profile(base_url: str, *, timeout_s: float = 300.0) -> bool:
+    """POST /stop_profile; False when the server says no profile is running (it stopped by itself)."""
+    try:
+        response = httpx.post(f"{base_url}/stop_profile", timeout=timeout_s, trust_env=False)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def trace_is_complete(path: Path) -> bool:
+    """A `.gz` trace decompresses to its end; a plain `.json` one parses."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+            return True
+        json.loads(path.read_bytes())
+        return True
+    except (OSError, EOFError, zlib.error, ValueError):
+        return False
+
+
+def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5, expected: int = 1) -> list[Path]:
+    """The trace files in `output_dir`, once at least `expected` exist and all are complete (size
+    unchanged for `settle_s` and readable to the end). Raises ProfilingError at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    sizes: dict[Path, int] = {}
+    stable_since: float | None = None
+    while True:
+        paths = sorted(p for p in output_dir.glob(TRACE_GLOB) if p.is_file()) if output_dir.exists() else []
+        current = {p: p.stat().st_size for p in paths}
+        now = time.monotonic()
+        if len(paths) >= expected and current == sizes and all(current.values()):
+            if stable_since is None:
+                stable_since = now
+            if now - stable_since >= settle_s and all(trace_is_complete(p) for p in paths):
+                return paths
+        else:
+            stable_since = None
+        sizes = current
+        if now >= deadline:
+            found = ", ".join(p.name for p in paths) or "none"
+            raise ProfilingError(f"no complete trace file in {output_dir} after {timeout_s:g} s (found: {found})")
+        time.sleep(POLL_S)

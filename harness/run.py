@@ -1,0 +1,223 @@
+"""`harness run SCENARIO.yaml`: run both variants, measure, profile, analyse; then check and report.
+
+Exit codes: the checks' verdict when the run completes (0 PASS, 1 FAIL, 3 INCONCLUSIVE); 3 when a
+trial failed (nothing can be concluded from half a run); 130 on Ctrl-C; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
+    parser.add_argument("--out", metavar="DIR", default="reports/runs", help="where runs go (default: reports/runs)")
+    parser.add_argument(
+        "--aa", action="store_true", help="A/A run: both arms use the baseline configuration (measures the noise floor)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and the server commands; start nothing")
+    parser.add_argument("--repetitions", type=_positive_int, metavar="N", help="timed trials per variant (overrides the scenario)")
+    parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
+
+
+# ---- progress -----------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def _trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> str:
+    trial, summary = outcome.trial, outcome.summary or {}
+    if outcome.status == "ok":
+        detail = (
+            f"TPOT {_fmt(summary.get('median_tpot_ms'), ' ms')}  accept {_fmt(summary.get('accept_length'))}  "
+            f"{_fmt(summary.get('output_throughput_tok_s'), ' tok/s', 1)}"
+        )
+        if trial.kind == "profiled":
+            detail += f"  traces {len(outcome.traces)}"
+    else:
+        detail = f"FAILED: {outcome.error}"
+    return f"[{position}/{total}] {trial.dir_name:<24} {detail}  ({elapsed_s:.1f} s)"
+
+
+def _make_progress(rich_ui: bool):
+    from harness.runner import RunProgress
+
+    class PlainProgress(RunProgress):
+        """One line per trial (CI logs)."""
+
+        def __init__(self) -> None:
+            self.total = 0
+            self.trial_started_at = 0.0
+
+        def run_started(self, run_dir: Path, plan: list) -> None:
+            self.total = len(plan)
+            print(f"run: {run_dir} ({len(plan)} trials)", flush=True)
+
+        def trial_started(self, trial: Any, total_requests: int) -> None:
+            self.trial_started_at = time.monotonic()
+
+        def trial_finished(self, trial: Any, outcome: Any) -> None:
+            line = _trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at)
+            print(line, flush=True)
+
+        def note(self, text: str) -> None:
+            print(text, flush=True)
+
+    if not rich_ui:
+        return PlainProgress(), None
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    class RichProgress(PlainProgress):
+        """A bar for the run and one for the current trial's requests; finished trials print above."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.console = Console(highlight=False)
+            self.bars = Progress(
+                TextColumn("{task.description:<34}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.run_task: Any = None
+            self.trial_task: Any = None
+
+        def run_started(self, run_dir: Path, plan: list) -> None:
+            self.total = len(plan)
+            self.console.print(f"run: {run_dir} ({len(plan)} trials)")
+            self.bars.start()
+            self.run_task = self.bars.add_task("trials", total=len(plan))
+
+        def trial_started(self, trial: Any, total_requests: int) -> None:
+            super().trial_started(trial, total_requests)
+            if self.trial_task is not None:
+                self.bars.remove_task(self.trial_task)
+            self.trial_task = self.bars.add_task(f"{trial.dir_name} requests", total=total_requests)
+
+        def request_done(self, trial: Any, done: int, total: int) -> None:
+            if self.trial_task is not None:
+                self.bars.update(self.trial_task, completed=done)
+
+        def trial_finished(self, trial: Any, outcome: Any) -> None:
+            self.console.print(_trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at))
+            self.bars.advance(self.run_task)
+
+        def stop(self) -> None:
+            self.bars.stop()
+
+    progress = RichProgress()
+    return progress, progress.stop
+
+
+def _use_rich(args: argparse.Namespace) -> bool:
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    return not args.no_progress and not in_ci and sys.stdout.isatty()
+
+
+# ---- after the run: checks and report -----------------------------------------------------------
+
+
+def _optional_module(name: str) -> Any | None:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        found = False
+    return importlib.import_module(name) if found else None
+
+
+def evaluate_run_dir(run_dir: Path) -> int | None:
+    """THE call site for the checks (harness.checks.check_run_dir, which writes results.json) and the
+    report (harness.report.build_report): prints the verdict and returns its exit code, or None when
+    the checks are not available."""
+    code: int | None = None
+    checks = _optional_module("harness.checks")
+    if checks is not None and hasattr(checks, "check_run_dir"):
+        results = checks.check_run_dir(run_dir)
+        show = getattr(_optional_module("harness.check"), "print_results", None)
+        if show is not None:
+            show(results)
+        else:
+            print(f"verdict: {results.verdict} (exit {results.exit_code})")
+        code = int(results.exit_code)
+    report = _optional_module("harness.report")
+    if report is not None and hasattr(report, "build_report"):
+        paths = report.build_report(run_dir)
+        print(f"report: {paths.html}")
+    return code
+
+
+# ---- the command --------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.errors import EXIT_PASS
+    from harness.scenario import load_scenario
+    from harness.runner import run_scenario
+
+    scenario_path = Path(args.scenario)
+    scenario = load_scenario(scenario_path)
+    if args.repetitions is not None:
+        scenario = scenario.model_copy(
+            update={"trials": scenario.trials.model_copy(update={"repetitions": args.repetitions})}
+        )
+
+    if args.dry_run:
+        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
+        per_arm: dict[str, int] = {}
+        for t in result.plan:
+            per_arm[t.variant] = per_arm.get(t.variant, 0) + 1
+        print(f"scenario {scenario.name} ({scenario.engine}){' A/A' if args.aa else ''}: {len(result.plan)} trials")
+        for t in result.plan:
+            config = f" (runs {t.config})" if t.config != t.variant else ""
+            print(f"  {t.dir_name}{config}")
+        for arm, command in result.commands.items():
+            print(f"{arm}: {command.shell()}")
+        print("(--port 0 stands for the free port chosen per trial; profiled trials write to <trial>/profile)")
+        return EXIT_PASS
+
+    progress, stop_progress = _make_progress(_use_rich(args))
+    try:
+        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress)
+    finally:
+        if stop_progress is not None:
+            stop_progress()
+    assert result.run_dir is not None
+    if result.status != "complete":
+        if result.interrupted_by is None:
+            # The checks and report of what was measured: the verdict is INCONCLUSIVE at best.
+            try:
+                evaluate_run_dir(result.run_dir)
+            except Exception as exc:  # noqa: BLE001 - the run's own error below is what matters
+                print(f"harness run: checks/report of the incomplete run failed: {exc}", file=sys.stderr)
+        for line in result.log_tail[-10:]:
+            print(f"  server.log | {line}", file=sys.stderr)
+        code = result.exit_code or 3
+        label = "interrupted" if result.interrupted_by is not None else "INCONCLUSIVE (run incomplete)"
+        print(f"harness run: {label}: {result.error}; results so far: {result.run_dir}", file=sys.stderr)
+        return code
+    code = evaluate_run_dir(result.run_dir)
+    print(f"results: {result.run_dir}")
+    return EXIT_PASS if code is None else code

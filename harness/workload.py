@@ -1,0 +1,321 @@
+"""The workload: prompts, and an asynchronous streaming client for SGLang's `/generate`.
+
+Per request it records TTFT, TPOT, the inter-token latencies, token counts, `spec_verify_ct`, the
+output token ids and any error; per trial it summarises them (warmup requests excluded). A failed
+request (an HTTP error, an error chunk, a broken or truncated stream, a timeout) is recorded with its
+error and never raises: the caller decides what a failed request means for the trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from harness.errors import HarnessInputError
+from harness.scenario import FilePrompts, WorkloadSpec
+
+# Synthetic prompt token ids are drawn from [SYNTHETIC_MIN_ID, vocab limit): low ids are often
+# special tokens in real tokenizers; the limit keeps ids valid for small (micro) vocabularies too.
+SYNTHETIC_MIN_ID = 3
+SYNTHETIC_DEFAULT_VOCAB = 1000
+ERROR_TEXT_LIMIT = 300
+
+
+@dataclass(frozen=True)
+class Prompt:
+    index: int  # position in the workload: the same prompt for every variant
+    warmup: bool
+    input_ids: list[int] | None = None
+    text: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return {"input_ids": self.input_ids} if self.input_ids is not None else {"text": self.text}
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    warmup: bool
+    prompt_tokens: int | None = None
+    completion_tokens: int = 0
+    spec_verify_ct: int | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    e2e_ms: float | None = None
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- prompts ------------------------------------------------------------------------------------
+
+
+def synthetic_prompt_ids(seed: int, index: int, length: int, vocab_limit: int) -> list[int]:
+    # One generator per (seed, index): a prompt does not depend on how many others there are.
+    rng = random.Random(f"{seed}:{index}")
+    high = max(vocab_limit, SYNTHETIC_MIN_ID + 1)
+    return [rng.randrange(SYNTHETIC_MIN_ID, high) for _ in range(length)]
+
+
+def _read_text_prompts(spec: FilePrompts, scenario_dir: Path) -> list[str]:
+    path = Path(spec.path)
+    if not path.is_absolute():
+        path = scenario_dir / path
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise HarnessInputError(f"workload.prompts.path: cannot read {path} ({exc.strerror or exc})") from None
+    texts: list[str] = []
+    if spec.format == "jsonl":
+        for lineno, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise HarnessInputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            text = item.get("text", item.get("prompt")) if isinstance(item, dict) else None
+            if not isinstance(text, str):
+                raise HarnessInputError(f"{path}:{lineno}: expected an object with a string `text` or `prompt`")
+            texts.append(text)
+    else:
+        try:
+            items = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise HarnessInputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        if not isinstance(items, list):
+            raise HarnessInputError(f"{path}: expected a ShareGPT list of {{\"conversations\": [...]}}")
+        for item in items:
+            turns = item.get("conversations") if isinstance(item, dict) else None
+            first = next(
+                (t.get("value") for t in turns or [] if isinstance(t, dict) and t.get("from") in ("human", "user")),
+                None,
+            )
+            if isinstance(first, str) and first.strip():
+                texts.append(first)
+    if not texts:
+        raise HarnessInputError(f"{path}: no prompts found")
+    return texts
+
+
+def build_prompts(
+    workload: WorkloadSpec,
+    *,
+    scenario_dir: Path,
+    num_requests: int | None = None,
+    vocab_limit: int | None = None,
+) -> tuple[list[Prompt], list[Prompt]]:
+    """(warmup prompts, measured prompts). Measured prompts have index 0..n-1; warmup prompts have
+    negative indices (-w..-1) and their own prompts, so they never prime the cache for a measured one."""
+    n = workload.num_requests if num_requests is None else num_requests
+    w = workload.warmup_requests
+    spec = workload.prompts
+    if isinstance(spec, FilePrompts):
+        texts = _read_text_prompts(spec, scenario_dir)
+        order = list(range(len(texts)))
+        random.Random(spec.seed).shuffle(order)
+        # Measured prompts first in the drawn order (so they do not depend on the warmup count).
+        measured = [Prompt(i, False, text=texts[order[i % len(order)]]) for i in range(n)]
+        warmup = [Prompt(-w + j, True, text=texts[order[(n + j) % len(order)]]) for j in range(w)]
+        return warmup, measured
+    limit = min(vocab_limit or SYNTHETIC_DEFAULT_VOCAB, SYNTHETIC_DEFAULT_VOCAB)
+    measured = [Prompt(i, False, input_ids=synthetic_prompt_ids(spec.seed, i, workload.input_len, limit)) for i in range(n)]
+    warmup = [
+        Prompt(-w + j, True, input_ids=synthetic_prompt_ids(spec.seed, -w + j, workload.input_len, limit))
+        for j in range(w)
+    ]
+    return warmup, measured
+
+
+# ---- the client ---------------------------------------------------------------------------------
+
+
+def _finish_reason(value: Any) -> str | None:
+    if isinstance(value, dict):  # SGLang: {"type": "length", "length": 48}
+        return str(value.get("type")) if value.get("type") is not None else json.dumps(value)
+    return None if value is None else str(value)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= ERROR_TEXT_LIMIT else text[:ERROR_TEXT_LIMIT] + "..."
+
+
+async def send_request(
+    client: httpx.AsyncClient,
+    base_url: str,
+    prompt: Prompt,
+    workload: WorkloadSpec,
+    *,
+    max_new_tokens: int | None = None,
+) -> RequestRecord:
+    record = RequestRecord(index=prompt.index, warmup=prompt.warmup)
+    body = {
+        **prompt.payload(),
+        "sampling_params": {
+            "max_new_tokens": max_new_tokens or workload.output_len,
+            "temperature": workload.temperature,
+            "ignore_eos": workload.ignore_eos,
+        },
+        "stream": True,
+    }
+    start = time.perf_counter()
+    last_chunk_at: float | None = None
+    meta: dict[str, Any] = {}
+    done = False
+    try:
+        async with client.stream("POST", f"{base_url}/generate", json=body) as response:
+            if response.status_code >= 400:
+                text = (await response.aread()).decode("utf-8", errors="replace")
+                record.error = f"HTTP {response.status_code}: {_short(text)}"
+                return record
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                now = time.perf_counter()
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    record.error = f"malformed stream chunk: {_short(data)}"
+                    return record
+                if "error" in chunk:
+                    record.error = f"server error: {_short(json.dumps(chunk['error']))}"
+                    return record
+                meta = chunk.get("meta_info") or meta
+                ids = chunk.get("output_ids")
+                before = len(record.output_ids)
+                if isinstance(ids, list):
+                    # SGLang streams cumulative ids by default, incremental ones with
+                    # --incremental-streaming-output: the completion count tells which.
+                    if len(ids) == meta.get("completion_tokens", -1) or (
+                        len(ids) >= before and ids[:before] == record.output_ids and before > 0
+                    ):
+                        record.output_ids = list(ids)
+                    else:
+                        record.output_ids.extend(ids)
+                if len(record.output_ids) > before:
+                    if record.ttft_ms is None:
+                        record.ttft_ms = (now - start) * 1000
+                    elif last_chunk_at is not None:
+                        record.itl_ms.append((now - last_chunk_at) * 1000)
+                    last_chunk_at = now
+    except httpx.TimeoutException:
+        record.error = f"timed out after {client.timeout.read:g} s"
+        return record
+    except httpx.HTTPError as exc:
+        what = "cannot connect" if isinstance(exc, httpx.ConnectError) else "broken stream"
+        record.error = f"{what} ({type(exc).__name__}: {_short(str(exc)) or 'no detail'})"
+        return record
+    end = last_chunk_at if last_chunk_at is not None else time.perf_counter()
+    if not done:
+        record.error = "stream ended without `data: [DONE]`"
+    record.e2e_ms = (end - start) * 1000
+    record.prompt_tokens = meta.get("prompt_tokens")
+    record.completion_tokens = int(meta.get("completion_tokens", len(record.output_ids)))
+    verify = meta.get("spec_verify_ct")
+    record.spec_verify_ct = int(verify) if verify is not None else None
+    record.finish_reason = _finish_reason(meta.get("finish_reason"))
+    if record.ttft_ms is not None and record.completion_tokens > 1:
+        record.tpot_ms = (record.e2e_ms - record.ttft_ms) / (record.completion_tokens - 1)
+    if record.error is None and record.completion_tokens == 0:
+        record.error = "no tokens generated"
+    return record
+
+
+async def send_requests(
+    base_url: str,
+    prompts: Sequence[Prompt],
+    workload: WorkloadSpec,
+    *,
+    request_timeout_s: float,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    rate_seed: int = 0,
+) -> list[RequestRecord]:
+    """Send `prompts` with at most `workload.concurrency` in flight; with a request rate, start them
+    at Poisson arrival times (seeded). Returns the records in prompt order."""
+    limit = asyncio.Semaphore(workload.concurrency)
+    rng = random.Random(rate_seed)
+    timeout = httpx.Timeout(request_timeout_s, connect=10.0)
+    limits = httpx.Limits(max_connections=workload.concurrency + 2, max_keepalive_connections=workload.concurrency)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
+
+        async def one(prompt: Prompt) -> RequestRecord:
+            async with limit:
+                record = await send_request(client, base_url, prompt, workload)
+            if on_record is not None:
+                on_record(record)
+            return record
+
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        try:
+            for prompt in prompts:
+                if workload.request_rate is not None and tasks:
+                    await asyncio.sleep(rng.expovariate(workload.request_rate))
+                tasks.append(asyncio.create_task(one(prompt)))
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+# ---- summary ------------------------------------------------------------------------------------
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(records: Sequence[RequestRecord], duration_s: float | None) -> dict[str, Any]:
+    """The per-trial summary of the measured (non-warmup) requests; see docs/internals.md."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.error is None]
+    completion = sum(r.completion_tokens for r in ok)
+    verify_known = [r.spec_verify_ct for r in ok if r.spec_verify_ct is not None]
+    verify = sum(verify_known) if verify_known else None
+    tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
+    return {
+        "requests": len(measured),
+        "errors": len(measured) - len(ok),
+        "completion_tokens": completion,
+        "spec_verify_ct": verify,
+        "accept_length": completion / verify if verify else None,
+        "median_tpot_ms": _median(tpots),
+        "mean_tpot_ms": statistics.fmean(tpots) if tpots else None,
+        "median_ttft_ms": _median([r.ttft_ms for r in ok if r.ttft_ms is not None]),
+        "median_itl_ms": _median([gap for r in ok for gap in r.itl_ms]),
+        "output_throughput_tok_s": completion / duration_s if duration_s else None,
+        "duration_s": duration_s,
+    }
+
+
+async def flush_cache(base_url: str, *, attempts: int = 20, pause_s: float = 0.25) -> bool:
+    """POST /flush_cache. SGLang refuses (4xx) while requests are still running: retry a little."""
+    async with httpx.AsyncClient(timeout=30.0, trust_env=False) as client:
+        for _ in range(attempts):
+            try:
+                response = await client.post(f"{base_url}/flush_cache")
+            except httpx.HTTPError:
+                response = None
+            if response is not None and response.status_code == 200:
+                return True
+            if response is not None and response.status_code == 404:
+                return False  # the server has no cache to flush
+            await asyncio.sleep(pause_s)
+    return False

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""A misbehaving stand-in for a server, used as a variant's `python` in failure tests.
+
+It is called like an interpreter (`fake_server.py -m harness.micro.server --host H --port P ...`)
+and behaves as $FAKE_SERVER_MODE says:
+  unhealthy      listens, but GET /health answers 503 forever
+  broken_stream  healthy; /generate sends one chunk, then drops the connection mid-body
+Standard library only, so any python3 runs it.
+"""
+
+import http.server
+import json
+import os
+import sys
+
+
+def arg(name: str, default: str) -> str:
+    argv = sys.argv[1:]
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+MODE = os.environ.get("FAKE_SERVER_MODE", "unhealthy")
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        sys.stdout.write(f"fake_server: {fmt % args}\n")
+        sys.stdout.flush()
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(503 if MODE == "unhealthy" else 200, b"")
+        elif self.path == "/server_info":
+            self._send(200, json.dumps({"fake": MODE}).encode())
+        else:
+            self._send(404, b"")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        self.rfile.read(length)
+        if self.path == "/flush_cache":
+            self._send(200, b"ok")
+            return
+        if self.path != "/generate":
+            self._send(404, b"")
+            return
+        chunk = b'data: {"output_ids": [5], "meta_info": {"completion_tokens": 1}}\n\n'
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", "100000")  # promises more than it sends
+        self.end_headers()
+        self.wfile.write(chunk)
+        self.wfile.flush()
+        self.close_connection = True
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["-c"]:  # asked to run code, as the harness's environment probe does: be Python
+        exec(compile(sys.argv[2], "<string>", "exec"))
+        sys.exit(0)
+    server = http.server.ThreadingHTTPServer((arg("--host", "127.0.0.1"), int(arg("--port", "0"))), Handler)
+    print(f"fake_server: mode {MODE} on port {server.server_address[1]}", flush=True)
+    server.serve_forever()

@@ -1,0 +1,302 @@
+"""`harness run` end to end, with the micro engine as a real server process on loopback.
+
+One small run is shared by the tests that read its directory; each failure case runs its own tiny
+scenario and checks that it ends with a clear message, keeps what it measured, and leaves no server.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from proc_helpers import group_gone, process_gone
+
+from harness import cli
+from harness import run as run_command
+from harness.runner import run_scenario
+from harness.scenario import load_scenario
+from harness.server import live_server_pids
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
+TINY_SERVER_ARGS = {
+    "--speculative-num-steps": 3,
+    "--speculative-eagle-topk": 1,
+    "--vocab-size": 512,
+    "--hidden-size": 32,
+    "--device": "cpu",
+    "--num-threads": 1,
+}
+NUM_REQUESTS, OUTPUT_LEN, WARMUP = 4, 16, 1
+
+
+def write_scenario(directory: Path, name: str = "tiny", *, baseline: dict | None = None, candidate: dict | None = None,
+                   workload: dict | None = None, trials: dict | None = None, server: dict | None = None) -> Path:
+    data = {
+        "name": name,
+        "engine": "micro",
+        "server": {"args": dict(TINY_SERVER_ARGS), "startup_timeout_s": 60, "request_timeout_s": 60, **(server or {})},
+        "variants": {
+            "baseline": baseline if baseline is not None else {"args": {"--disable-topk1-fast-path": True}},
+            "candidate": candidate if candidate is not None else {},
+        },
+        "workload": {"num_requests": NUM_REQUESTS, "input_len": 16, "output_len": OUTPUT_LEN, "concurrency": 2,
+                     "warmup_requests": WARMUP, **(workload or {})},
+        "trials": {"repetitions": 1, "profiled": 1, **(trials or {})},
+        "profile": {"num_steps": 6, "activities": ["CPU"]},
+        "checks": [
+            {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
+             "variants": ["candidate"], "equals": 0},
+            {"name": "same_outputs", "kind": "output_identity"},
+        ],
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def read_requests(trial_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (trial_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
+
+
+def server_pids(run_dir: Path) -> list[int]:
+    return [read_json(p)["server_pid"] for p in run_dir.glob("trials/*/trial.json") if read_json(p)["server_pid"]]
+
+
+def assert_no_server_left(run_dir: Path) -> None:
+    pids = server_pids(run_dir)
+    assert pids, "no server was started"
+    for pid in pids:
+        assert process_gone(pid) and group_gone(pid), f"server {pid} survived"
+    assert not live_server_pids()
+
+
+# ---- a complete run -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("full")
+    path = write_scenario(root)
+    result = run_scenario(load_scenario(path), path, out_root=root / "reports" / "runs")
+    return result
+
+
+def test_full_run_completes_with_every_file_of_the_contract(full_run):
+    run_dir = full_run.run_dir
+    assert full_run.status == "complete" and full_run.error is None and full_run.exit_code is None
+    run = read_json(run_dir / "run.json")
+    assert run["status"] == "complete" and run["aa"] is False and run["finished"]
+    assert [p["dir"] for p in run["plan"]] == [
+        "trials/00-baseline-profiled", "trials/01-candidate-profiled", "trials/02-baseline-timed", "trials/03-candidate-timed",
+    ]
+    assert load_scenario(run_dir / "scenario.yaml") == load_scenario(run_dir.parents[2] / "tiny.yaml")
+    env = read_json(run_dir / "environment.json")
+    assert env["harness"]["version"] and env["python"] and env["cpu_count"]
+    assert env["variants"]["baseline"]["torch"].startswith("2.") and env["variants"]["baseline"]["sglang"] is None
+    latest = run_dir.parents[1] / "latest"
+    assert latest.is_symlink() and latest.resolve() == run_dir.resolve()
+    for entry in run["plan"]:
+        trial_dir = run_dir / entry["dir"]
+        trial = read_json(trial_dir / "trial.json")
+        assert trial["status"] == "ok" and trial["error"] is None, trial["error"]
+        assert "harness.micro.server" in trial["command"] and trial["server_info"]["engine"] == "micro"
+        assert "Uvicorn running" in (trial_dir / "server.log").read_text()
+
+
+def test_full_run_numbers_are_sane(full_run):
+    for entry in read_json(full_run.run_dir / "run.json")["plan"]:
+        trial_dir = full_run.run_dir / entry["dir"]
+        summary = read_json(trial_dir / "trial.json")["summary"]
+        assert summary["requests"] == NUM_REQUESTS and summary["errors"] == 0
+        assert summary["completion_tokens"] == NUM_REQUESTS * OUTPUT_LEN
+        # 3 draft steps: between 1 (nothing accepted) and 4 tokens per verify
+        assert 1.0 <= summary["accept_length"] <= 4.0
+        assert summary["accept_length"] == pytest.approx(summary["completion_tokens"] / summary["spec_verify_ct"])
+        assert summary["median_tpot_ms"] > 0 and summary["median_ttft_ms"] > 0 and summary["median_itl_ms"] > 0
+        assert summary["output_throughput_tok_s"] > 0 and summary["duration_s"] > 0
+        records = read_requests(trial_dir)
+        assert [r["index"] for r in records] == list(range(-WARMUP, NUM_REQUESTS))
+        for r in records:
+            assert r["warmup"] == (r["index"] < 0) and r["error"] is None
+            assert r["completion_tokens"] == OUTPUT_LEN == len(r["output_ids"]) and r["finish_reason"] == "length"
+            assert r["prompt_tokens"] == 16 and r["tpot_ms"] > 0 and r["e2e_ms"] >= r["ttft_ms"] > 0
+            assert len(r["itl_ms"]) >= 1 and all(gap >= 0 for gap in r["itl_ms"])
+
+
+def test_full_run_outputs_are_identical_across_variants_per_request(full_run):
+    outputs: dict[int, set[tuple[int, ...]]] = {}
+    for trial_dir in (full_run.run_dir / "trials").iterdir():
+        for r in read_requests(trial_dir):
+            outputs.setdefault(r["index"], set()).add(tuple(r["output_ids"]))
+    assert sorted(outputs) == list(range(-WARMUP, NUM_REQUESTS))
+    assert all(len(variants) == 1 for variants in outputs.values())
+    assert len({next(iter(v)) for v in outputs.values()}) == len(outputs)  # different prompts, different outputs
+
+
+def test_full_run_traces_and_analysis(full_run):
+    run_dir = full_run.run_dir
+    analysis = read_json(run_dir / "analysis.json")
+    assert analysis["schema_version"] == 1 and "errors" not in analysis
+    assert sorted(analysis["trials"]) == ["00-baseline-profiled", "01-candidate-profiled"]
+    for name in analysis["trials"]:
+        trial = read_json(run_dir / "trials" / name / "trial.json")
+        assert trial["traces"] == [f"profile/{name}-TP-0.trace.json.gz"]
+        with gzip.open(run_dir / "trials" / name / trial["traces"][0]) as f:
+            assert "traceEvents" in json.load(f)
+    for name in ("02-baseline-timed", "03-candidate-timed"):
+        assert read_json(run_dir / "trials" / name / "trial.json")["traces"] == []
+        assert not (run_dir / "trials" / name / "profile").exists()
+
+
+def test_full_run_leaves_no_server(full_run):
+    assert_no_server_left(full_run.run_dir)
+
+
+# ---- failures -----------------------------------------------------------------------------------
+
+
+def test_server_exiting_at_startup_ends_the_run_with_one_line_and_keeps_earlier_trials(tmp_path, capsys, monkeypatch):
+    path = write_scenario(tmp_path, candidate={"args": {"--no-such-flag": True}})
+    evaluated: list[Path] = []
+    monkeypatch.setattr(run_command, "evaluate_run_dir", lambda run_dir: evaluated.append(run_dir))
+    code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 3
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("harness run: INCONCLUSIVE (run incomplete): trial 01-candidate-profiled failed: "
+                           "server exited with code 2 during startup"), last
+    assert "unrecognized arguments: --no-such-flag" in last and "results so far: " in last
+    assert "Traceback" not in err
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert evaluated == [run_dir]  # the checks and report still see what was measured
+    run = read_json(run_dir / "run.json")
+    assert run["status"] == "incomplete" and "01-candidate-profiled failed" in run["error"]
+    assert read_json(run_dir / "trials/00-baseline-profiled/trial.json")["status"] == "ok"
+    assert len(read_requests(run_dir / "trials/00-baseline-profiled")) == NUM_REQUESTS + WARMUP
+    assert list(read_json(run_dir / "analysis.json")["trials"]) == ["00-baseline-profiled"]
+    failed = read_json(run_dir / "trials/01-candidate-profiled/trial.json")
+    assert failed["status"] == "failed" and "--no-such-flag" in failed["error"]
+    assert not (run_dir / "trials/02-baseline-timed").exists()
+    assert_no_server_left(run_dir)
+
+
+def test_server_that_never_becomes_healthy(tmp_path):
+    path = write_scenario(
+        tmp_path,
+        baseline={"python": str(FAKE_SERVER), "env": {"FAKE_SERVER_MODE": "unhealthy"}},
+        server={"startup_timeout_s": 2},
+    )
+    started = time.monotonic()
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
+    assert time.monotonic() - started < 30
+    assert result.status == "incomplete" and result.exit_code == 3
+    assert "did not answer GET /health with 200 within 2 s (last: HTTP 503" in result.error
+    assert any("fake_server: mode unhealthy" in line for line in result.log_tail)
+    trial = read_json(result.run_dir / "trials/00-baseline-profiled/trial.json")
+    assert trial["status"] == "failed" and trial["summary"] is None
+    assert read_json(result.run_dir / "run.json")["status"] == "incomplete"
+    assert_no_server_left(result.run_dir)
+
+
+def test_port_already_taken_fails_the_trial_clearly(tmp_path):
+    path = write_scenario(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs", port=port, aa=True)
+    assert result.exit_code == 3
+    assert result.error == (f"trial 00-baseline-profiled failed: 127.0.0.1:{port} is already in use "
+                            "(another server running?); choose another port")
+    run = read_json(result.run_dir / "run.json")
+    assert run["status"] == "incomplete" and run["aa"] is True
+    assert read_json(result.run_dir / "trials/00-baseline-profiled/trial.json")["server_pid"] is None
+
+
+def test_failing_requests_are_recorded_and_fail_the_trial(tmp_path):
+    # The micro engine decodes greedily only: temperature > 0 is a 400, as a bad sampling param in SGLang.
+    path = write_scenario(tmp_path, workload={"temperature": 0.5}, trials={"profiled": 0})
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
+    assert result.exit_code == 3
+    assert result.error.startswith(
+        f"trial 00-baseline-timed failed: {NUM_REQUESTS + WARMUP} of {NUM_REQUESTS + WARMUP} requests failed; "
+        "request -1: HTTP 400: "
+    ) and "greedily only" in result.error
+    trial_dir = result.run_dir / "trials/00-baseline-timed"
+    records = read_requests(trial_dir)
+    assert len(records) == NUM_REQUESTS + WARMUP and all(r["error"].startswith("HTTP 400") for r in records)
+    trial = read_json(trial_dir / "trial.json")
+    assert trial["status"] == "failed" and trial["summary"]["errors"] == NUM_REQUESTS
+    assert_no_server_left(result.run_dir)
+
+
+def test_ctrl_c_mid_run_exits_130_keeps_the_measurements_and_stops_the_server(tmp_path):
+    path = write_scenario(tmp_path, workload={"num_requests": 40, "output_len": 64, "concurrency": 1}, trials={"profiled": 0})
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "CI": "true"},
+    )
+    try:
+        requests_file = None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            found = list(out.glob("*/trials/00-baseline-timed/requests.jsonl"))
+            # interrupt once some measured requests are on disk: mid-trial, mid-workload
+            if found and sum(1 for line in found[0].read_text().splitlines() if '"warmup": false' in line) >= 2:
+                requests_file = found[0]
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        assert requests_file is not None, "the first trial never got going"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("harness run: interrupted: interrupted (Ctrl-C); results so far: ")
+    run_dir = requests_file.parents[2]
+    run = read_json(run_dir / "run.json")
+    assert run["status"] == "incomplete" and run["error"] == "interrupted (Ctrl-C)"
+    trial = read_json(run_dir / "trials/00-baseline-timed/trial.json")
+    assert trial["status"] == "failed" and trial["error"] == "interrupted (Ctrl-C)"
+    kept = read_requests(run_dir / "trials/00-baseline-timed")
+    assert 2 <= sum(1 for r in kept if not r["warmup"]) < 40
+    assert_no_server_left(run_dir)
+
+
+def test_dry_run_prints_the_plan_and_commands_and_starts_nothing(tmp_path, capsys):
+    path = write_scenario(tmp_path, trials={"repetitions": 2})
+    code = cli.main(["run", str(path), "--dry-run", "--aa", "--out", str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert code == 0 and not (tmp_path / "runs").exists()
+    assert "6 trials" in out and "01-candidate-profiled (runs baseline)" in out
+    lines = [line for line in out.splitlines() if line.startswith(("baseline: ", "candidate: "))]
+    assert len(lines) == 2 and all("-m harness.micro.server" in line and "--disable-topk1-fast-path" in line for line in lines)
+
+
+def test_bad_input_exits_2_with_one_line_before_anything_starts(tmp_path, capsys):
+    assert cli.main(["run", str(tmp_path / "absent.yaml"), "--out", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.strip() == f"harness run: {tmp_path}/absent.yaml: no such file"
+    path = write_scenario(tmp_path, workload={"prompts": {"source": "file", "path": "prompts.jsonl"}})
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"harness run: workload.prompts.path: cannot read {tmp_path}/prompts.jsonl") and "\n" not in err
+    assert not (tmp_path / "runs").exists()

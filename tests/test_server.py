@@ -1,0 +1,101 @@
+"""Server lifecycle with real processes: startup failures, port conflicts, and nothing left behind."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from proc_helpers import group_gone, process_gone
+
+from harness.engines import ServerCommand
+from harness.scenario import NsysSpec
+from harness.server import (
+    PortInUseError,
+    ServerProcess,
+    ServerStartError,
+    free_port,
+    live_server_pids,
+    nsys_export_argv,
+    nsys_profile_argv,
+)
+
+FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
+
+
+def fake(mode: str, port: int) -> ServerCommand:
+    return ServerCommand([sys.executable, str(FAKE_SERVER), "--port", str(port)], {"FAKE_SERVER_MODE": mode})
+
+
+def test_healthy_server_starts_and_stop_kills_its_whole_group(tmp_path):
+    port = free_port()
+    # The server leaves a grandchild in its group that ignores SIGTERM: stop must still end it.
+    script = (
+        "import signal, subprocess, sys, runpy;"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)']);"
+        f"sys.argv = ['fake', '--port', '{port}']; runpy.run_path('{FAKE_SERVER}', run_name='__main__')"
+    )
+    command = ServerCommand([sys.executable, "-c", script], {"FAKE_SERVER_MODE": "healthy"})
+    with ServerProcess(command, log_path=tmp_path / "server.log", port=port, startup_timeout_s=20, stop_grace_s=1) as server:
+        pid = server.pid
+        assert pid in live_server_pids()
+        assert not process_gone(pid)
+    assert process_gone(pid) and group_gone(pid)
+    assert pid not in live_server_pids()
+    assert "fake_server: mode healthy" in (tmp_path / "server.log").read_text()
+
+
+def test_server_that_exits_at_startup_fails_with_its_last_log_line(tmp_path):
+    command = ServerCommand([sys.executable, "-c", "import sys; print('error: unrecognized arguments: --bogus'); sys.exit(2)"])
+    server = ServerProcess(command, log_path=tmp_path / "server.log", port=free_port(), startup_timeout_s=20)
+    with pytest.raises(ServerStartError) as exc:
+        with server:
+            pass
+    message = str(exc.value)
+    assert "exited with code 2 during startup" in message and "unrecognized arguments: --bogus" in message
+    assert "\n" not in message
+    assert exc.value.log_tail[-1] == "error: unrecognized arguments: --bogus"
+    assert process_gone(server.pid)
+
+
+def test_server_that_never_becomes_healthy_times_out_and_is_killed(tmp_path):
+    port = free_port()
+    server = ServerProcess(fake("unhealthy", port), log_path=tmp_path / "server.log", port=port, startup_timeout_s=2, stop_grace_s=1)
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match=r"did not answer GET /health with 200 within 2 s \(last: HTTP 503"):
+        with server:
+            pass
+    assert time.monotonic() - started < 10
+    assert process_gone(server.pid) and group_gone(server.pid)
+
+
+def test_port_already_taken_is_a_clear_error_before_anything_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = ServerProcess(fake("healthy", port), log_path=tmp_path / "server.log", port=port, startup_timeout_s=5)
+        with pytest.raises(PortInUseError, match=rf"127.0.0.1:{port} is already in use"):
+            with server:
+                pass
+        assert server.pid is None  # nothing was started
+
+
+def test_missing_interpreter_is_a_start_error(tmp_path):
+    command = ServerCommand([str(tmp_path / "no-such-python"), "-m", "x"])
+    with pytest.raises(ServerStartError, match="cannot start"):
+        with ServerProcess(command, log_path=tmp_path / "server.log", port=free_port(), startup_timeout_s=5):
+            pass
+
+
+def test_nsys_argv_wraps_the_server_and_exports_sqlite_beside_the_report():
+    spec = NsysSpec(enabled=True)
+    argv = nsys_profile_argv(spec, Path("/run/t/profile/nsys"), ["python", "-m", "srv", "--port", "1"])
+    assert argv[:4] == ["nsys", "profile", "-o", "/run/t/profile/nsys"]
+    assert "--cuda-graph-trace=node" in argv and "--capture-range=cudaProfilerApi" in argv
+    assert argv[-5:] == ["python", "-m", "srv", "--port", "1"]
+    export = nsys_export_argv(spec, Path("/run/t/profile/nsys.nsys-rep"))
+    assert export[:4] == ["nsys", "export", "--type", "sqlite"]
+    assert export[-3:] == ["-o", "/run/t/profile/nsys.sqlite", "/run/t/profile/nsys.nsys-rep"]
