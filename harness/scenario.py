@@ -290,11 +290,11 @@ class Scenario(_Strict):
         merged.update(v)
         for name, regex in merged.items():
             if not re.fullmatch(r"[A-Za-z0-9_]+", name):
-                raise ValueError(f"pattern name {name!r}: letters, digits and '_' only")
+                raise _LocatedError(f"patterns.{name}", "pattern names: letters, digits and '_' only")
             try:
                 _check_regex(regex)
             except ValueError as exc:
-                raise ValueError(f"{name}: {exc}") from None
+                raise _LocatedError(f"patterns.{name}", str(exc)) from None
         return merged
 
     @model_validator(mode="after")

@@ -33,7 +33,7 @@ def validate(*files: str | Path) -> subprocess.CompletedProcess[str]:
         (GOOD + "workload:\n  concurency: 2\n", "s.yaml:8: workload.concurency: unknown key"),
         (GOOD + "trials:\n  repetitions: lots\n", "s.yaml:8: trials.repetitions: Input should be a valid integer"),
         (GOOD.replace("  candidate: {}\n", ""), "s.yaml:3: variants: missing variant(s) candidate"),
-        (GOOD + "patterns:\n  mine: 'soft(max'\n", "s.yaml:7: patterns: mine: not a valid regular expression"),
+        (GOOD + "patterns:\n  mine: 'soft(max'\n", "s.yaml:8: patterns.mine: not a valid regular expression"),
         (GOOD + "regions:\n  rules:\n    - {name: DRAFT_DECODE, regex: '[unclosed'}\n",
          "s.yaml:9: regions.rules.0.regex: not a valid regular expression"),
     ],
