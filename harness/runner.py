@@ -309,6 +309,7 @@ class _TrialRunner:
                 server.wait_healthy()
             except ServerStartError as exc:
                 raise TrialFailed(str(exc), exc.log_tail) from None
+            self._verify_patches_imported(server)
             info = _server_info(server.base_url)
             self.data["server_info"] = info
             self.save()
@@ -349,6 +350,19 @@ class _TrialRunner:
             self.data.update(status=outcome.status, error=outcome.error, finished=_now())
             self.save()
         return outcome
+
+    def _verify_patches_imported(self, server: ServerProcess) -> None:
+        """A variant whose patches did not load would silently measure the wrong code."""
+        from harness.engines.bootstrap.sitecustomize import IMPORTED_MARKER
+
+        patches = self.scenario.variants[self.trial.config].patches
+        log = (self.dir / "server.log").read_text(encoding="utf-8", errors="replace")
+        if patches and IMPORTED_MARKER not in log:
+            raise TrialFailed(
+                f"variant {self.trial.config!r} names patches {patches} but server.log has no "
+                f"{IMPORTED_MARKER!r} line: was the harness's sitecustomize shadowed by another one?",
+                server.log_tail(),
+            )
 
     def _drive(self, server: ServerProcess, warmup: list[Prompt], measured: list[Prompt], profiled: bool) -> float:
         workload = self.scenario.workload

@@ -300,3 +300,35 @@ def test_bad_input_exits_2_with_one_line_before_anything_starts(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"harness run: workload.prompts.path: cannot read {tmp_path}/prompts.jsonl") and "\n" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def _patch_module(directory: Path) -> str:
+    """A harmless patch module: proves the bootstrap imported it into the server process."""
+    (directory / "harness_test_patch_marker.py").write_text("import os\nos.environ['HARNESS_TEST_PATCHED'] = '1'\n")
+    return "harness_test_patch_marker"
+
+
+def test_variant_patches_are_imported_into_the_server(tmp_path):
+    module = _patch_module(tmp_path)
+    path = write_scenario(tmp_path, baseline={"args": {"--disable-topk1-fast-path": True}, "patches": [module],
+                                              "pythonpath": [str(tmp_path)]}, trials={"profiled": 0})
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
+    assert result.status == "complete", result.error
+    log = (result.run_dir / "trials/00-baseline-timed/server.log").read_text()
+    assert f"harness bootstrap: patches imported: {module} (pid " in log
+    assert "harness bootstrap" not in (result.run_dir / "trials/01-candidate-timed/server.log").read_text()
+
+
+def test_a_shadowed_patch_bootstrap_fails_the_trial(tmp_path):
+    # A variant's PYTHONPATH entry with its own sitecustomize comes first and shadows the bootstrap:
+    # the patch never loads, and the trial must not measure the unpatched code as the baseline.
+    module = _patch_module(tmp_path)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "sitecustomize.py").write_text("")
+    path = write_scenario(tmp_path, baseline={"patches": [module], "pythonpath": [str(shadow), str(tmp_path)]},
+                          trials={"profiled": 0})
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
+    assert result.exit_code == 3
+    assert "names patches ['harness_test_patch_marker'] but server.log has no" in result.error
+    assert_no_server_left(result.run_dir)

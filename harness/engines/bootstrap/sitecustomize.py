@@ -60,8 +60,14 @@ def _requested_patches() -> list[str]:
     return [name.strip() for name in os.environ.get(PATCHES_ENV, "").split(",") if name.strip()]
 
 
+# Written to stderr after the patches imported, so the harness can see in server.log that the
+# bootstrap really ran (another sitecustomize earlier on sys.path would shadow it silently).
+IMPORTED_MARKER = "harness bootstrap: patches imported:"
+
+
 def _import_patches() -> None:
-    for name in _requested_patches():
+    requested = _requested_patches()
+    for name in requested:
         try:
             importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - any failure must stop the process, loudly
@@ -74,6 +80,9 @@ def _import_patches() -> None:
             # os._exit, not SystemExit: site.py would turn an exception here into a fatal
             # initialisation error with a traceback, or (for Exception) a warning and carry on.
             os._exit(PATCH_FAILURE_EXIT_CODE)
+    if requested:
+        sys.stderr.write(f"{IMPORTED_MARKER} {','.join(requested)} (pid {os.getpid()})\n")
+        sys.stderr.flush()
 
 
 _chain_next_sitecustomize()
