@@ -7,6 +7,7 @@ Statistics live in `harness.stats`; this module only gathers the numbers and app
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -378,22 +379,99 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
     return _result(check, PASS, f"{identical}/{compared} greedy outputs identical", numbers, preconditions)
 
 
+@dataclass
+class TimedPairs:
+    """Timed values of two arms matched by repetition (the two trials of one interleaved block)."""
+
+    repetitions: list[int]
+    baseline: list[float]
+    candidate: list[float]
+    note: str  # why some repetitions were left out, or ""
+
+
+def timed_pairs(run: RunDir, baseline: str, candidate: str, key: str) -> TimedPairs:
+    """Pair the ok timed trials of two arms by their `repetition` (trial.json).
+
+    Both plan orders (abba, random) run every arm once per repetition, next to each other in time,
+    so a repetition's two trials share the machine's slow drift. Only repetitions where both arms
+    have an ok trial with a value for `key` are used; a trial without a repetition number, or a
+    repetition seen twice in one arm, cannot be paired and is left out.
+    """
+    def by_rep(variant: str) -> tuple[dict[int, float], int]:
+        seen: dict[int, list[float]] = {}
+        unusable = 0
+        for trial in run.trials_of(variant, "timed"):
+            value, rep = trial.summary.get(key), trial.info.get("repetition")
+            if value is None or not isinstance(rep, int) or isinstance(rep, bool):
+                unusable += value is not None
+                continue
+            seen.setdefault(rep, []).append(float(value))
+        unusable += sum(len(v) for v in seen.values() if len(v) > 1)
+        return {r: v[0] for r, v in seen.items() if len(v) == 1}, unusable
+
+    b, bad_b = by_rep(baseline)
+    c, bad_c = by_rep(candidate)
+    reps = sorted(set(b) & set(c))
+    unmatched = len(set(b) ^ set(c))
+    notes = []
+    if unmatched:
+        notes.append(f"{unmatched} repetition(s) lack an ok trial with a TPOT in one arm")
+    if bad_b or bad_c:
+        notes.append(f"{bad_b + bad_c} trial(s) without a unique repetition number")
+    return TimedPairs(reps, [b[r] for r in reps], [c[r] for r in reps], "; ".join(notes))
+
+
+def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """The TPOT gain decision: paired by repetition when >= MIN_PAIRS complete pairs exist, else
+    unpaired (with the reason saying so). Returns (decision, numbers about the data and the mode)."""
+    base = timed_values(run, baseline, "median_tpot_ms")
+    cand = timed_values(run, candidate, "median_tpot_ms")
+    pairs = timed_pairs(run, baseline, candidate, "median_tpot_ms")
+    n = len(pairs.repetitions)
+    numbers: dict[str, Any] = {"baseline_ms": base, "candidate_ms": cand, "pairs": n, "paired": False,
+                               "pair_repetitions": pairs.repetitions, "pair_ratios": [
+                                   c / b if b > 0 else None for b, c in zip(pairs.baseline, pairs.candidate)]}
+    if n >= stats.MIN_PAIRS:
+        paired_kwargs = {k: v for k, v in kwargs.items() if k not in ("resamples", "seed")}
+        decision = stats.paired_tpot_gain_decision(pairs.baseline, pairs.candidate, **paired_kwargs)
+        numbers["paired"] = True
+        if pairs.note:
+            decision = _with_reason(decision, f"{decision.reason} ({pairs.note})")
+    else:
+        decision = stats.tpot_gain_decision(base, cand, **kwargs)
+        why = f"unpaired ({n} complete repetition pair(s), paired mode needs >= {stats.MIN_PAIRS})"
+        if pairs.note:
+            why += f" ({pairs.note})"
+        decision = _with_reason(decision, f"{why}: {decision.reason}")
+    return decision, numbers
+
+
+def _with_reason(decision: Any, reason: str) -> Any:
+    return dataclasses.replace(decision, reason=reason)
+
+
 def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck) -> RuleResult:
-    base = timed_values(run, check.baseline, "median_tpot_ms")
-    cand = timed_values(run, check.candidate, "median_tpot_ms")
-    decision = stats.tpot_gain_decision(base, cand, min_gain=check.min_gain, confidence=check.confidence,
-                                        alpha=check.alpha, resamples=check.resamples, seed=check.seed)
+    decision, numbers = _tpot_decision(run, check.baseline, check.candidate, min_gain=check.min_gain,
+                                       confidence=check.confidence, alpha=check.alpha,
+                                       resamples=check.resamples, seed=check.seed)
     est = decision.estimate
-    numbers = {
-        "baseline_ms": base, "candidate_ms": cand, "ratio": est.ratio, "ci_low": est.ci_low,
+    base, cand = numbers["baseline_ms"], numbers["candidate_ms"]
+    numbers.update({
+        "ratio": est.ratio, "ci_low": est.ci_low,
         "ci_high": est.ci_high, "confidence": est.confidence, "gain": decision.gain, "p_value": decision.p_value,
         "min_gain": check.min_gain, "min_detectable_gain": decision.mde,
         "gain_needed_to_pass": decision.gain_needed_to_pass, "fail_kind": decision.fail_kind,
-        "reliable": est.reliable, "method": est.method,
-    }
-    preconditions = [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS, f"{len(v)} trial(s) with a TPOT "
-                                  f"(at least {stats.MIN_TRIALS} needed for a verdict)")
-                     for name, v in ((check.baseline, base), (check.candidate, cand))]
+        "reliable": est.reliable, "method": est.method, "statistic": est.statistic,
+    })
+    if numbers["paired"]:
+        n = numbers["pairs"]
+        preconditions = [Precondition("complete repetition pairs", n >= stats.MIN_PAIRS,
+                                      f"{n} repetition(s) with an ok timed trial of both arms "
+                                      f"(at least {stats.MIN_PAIRS} needed for a paired verdict)")]
+    else:
+        preconditions = [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS,
+                                      f"{len(v)} trial(s) with a TPOT (at least {stats.MIN_TRIALS} needed for a verdict)")
+                         for name, v in ((check.baseline, base), (check.candidate, cand))]
     return _result(check, decision.verdict, decision.reason, numbers, preconditions)
 
 
@@ -465,12 +543,16 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
     """A/A: both arms run the same variant. Any PASS or FAIL of the TPOT rule is a false verdict."""
     tpot_rules = [c for c in run.scenario.checks if isinstance(c, TpotGainCheck)]
     min_gain = tpot_rules[0].min_gain if tpot_rules else 0.01
-    a = timed_values(run, "baseline", "median_tpot_ms")
-    b = timed_values(run, "candidate", "median_tpot_ms")
-    decision = stats.tpot_gain_decision(a, b, min_gain=min_gain)
-    floor = stats.noise_floor(a, b, min_gain=min_gain)
+    decision, data = _tpot_decision(run, "baseline", "candidate", min_gain=min_gain)
+    a, b = data["baseline_ms"], data["candidate_ms"]
+    if data["paired"]:
+        pairs = timed_pairs(run, "baseline", "candidate", "median_tpot_ms")
+        floor = stats.noise_floor(pairs.baseline, pairs.candidate, min_gain=min_gain, paired=True)
+    else:
+        floor = stats.noise_floor(a, b, min_gain=min_gain)
     floor_d = floor.to_dict()
-    numbers = {"a_ms": a, "b_ms": b, "decision": decision.to_dict(), "noise": floor_d, "min_gain": min_gain}
+    numbers = {"a_ms": a, "b_ms": b, "decision": decision.to_dict(), "noise": floor_d, "min_gain": min_gain,
+               "paired": data["paired"], "pairs": data["pairs"], "pair_ratios": data["pair_ratios"]}
     check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
                           description="A/A: the TPOT rule on two arms of the same variant")
     # With min_gain > 0, "gain below min_gain" is the right answer on A/A data; only a PASS or a
@@ -478,19 +560,25 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
     if decision.verdict == PASS or decision.fail_kind == "slower":
         return RuleResult(check.name, "aa_noise", check.description, FAIL,
                           f"false {decision.verdict} on A/A data: {decision.reason}", _params(check), numbers)
-    if len(a) < stats.MIN_TRIALS or len(b) < stats.MIN_TRIALS:
+    if not data["paired"] and (len(a) < stats.MIN_TRIALS or len(b) < stats.MIN_TRIALS):
         return RuleResult(check.name, "aa_noise", check.description, INCONCLUSIVE,
                           f"too few timed trials ({len(a)} and {len(b)})", _params(check), numbers)
-    return RuleResult(check.name, "aa_noise", check.description, PASS, _aa_summary(floor_d, min_gain, len(a)),
+    n = data["pairs"] if data["paired"] else len(a)
+    return RuleResult(check.name, "aa_noise", check.description, PASS, _aa_summary(floor_d, min_gain, n),
                       _params(check), numbers)
 
 
 def _aa_summary(floor: dict[str, Any], min_gain: float, n: int) -> str:
     parts = []
+    if floor.get("paired"):
+        parts.append(f"paired over {n} repetitions")
     if floor.get("cv") is not None:
         parts.append(f"TPOT noise (CV of trial medians) {floor['cv']:.2%}")
+    if floor.get("cv_within_pair") is not None:
+        parts.append(f"within a repetition {floor['cv_within_pair']:.2%}")
     if floor.get("mde") is not None:
-        parts.append(f"smallest detectable gain with {n} trials/arm {floor['mde']:.2%}")
+        unit = "repetitions" if floor.get("paired") else "trials/arm"
+        parts.append(f"smallest detectable gain with {n} {unit} {floor['mde']:.2%}")
     if floor.get("repetitions_needed") is not None:
         parts.append(f"repetitions needed for min_gain {min_gain:.1%}: {floor['repetitions_needed']}")
     return "no false verdict; " + "; ".join(parts)
