@@ -234,3 +234,17 @@ def test_compare_two_runs(tmp_path, capsys):
     assert verdicts["outputs_unchanged"] == "PASS"
     assert verdicts["pattern_counts_unchanged"] == "PASS"
     assert main(["compare", str(run_a), str(run_a)]) in (0, 3)
+
+
+def test_eager_softmax_in_a_graph_region_fails_a_zero_rule(tmp_path):
+    # The graph replays are clean, but the eager site after the draft-extend graph kept its softmax.
+    base, cand = good_arms()
+    facts = file_facts(softmax_per_replay=0)
+    from rundir_factory import count_row
+    facts["counts"].append(count_row("DRAFT_DECODE", "span", "softmax", [1] * 10, time_us=400.0))
+    cand.profile = [facts]
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    r = rules["cand_no_softmax_dd"]
+    assert r.verdict == "FAIL"
+    assert "0..0 (and 10 launched eagerly in the region, outside its graph replays), expected == 0" in r.reason
+    assert r.numbers["observations"][0]["eager_total"] == 10
