@@ -7,8 +7,6 @@ trial failed (nothing can be concluded from half a run); 130 on Ctrl-C; 2 for ba
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import sys
 import time
@@ -140,33 +138,19 @@ def _use_rich(args: argparse.Namespace) -> bool:
 # ---- after the run: checks and report -----------------------------------------------------------
 
 
-def _optional_module(name: str) -> Any | None:
-    try:
-        found = importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        found = False
-    return importlib.import_module(name) if found else None
+def evaluate_run_dir(run_dir: Path) -> int:
+    """After a run: the checks (results.json), the verdict on the terminal, the report, and the CI
+    job summary when $GITHUB_STEP_SUMMARY is set. Returns the verdict's exit code."""
+    from harness.check import print_results
+    from harness.checks import check_run_dir
+    from harness.report import append_step_summary, build_report
 
-
-def evaluate_run_dir(run_dir: Path) -> int | None:
-    """THE call site for the checks (harness.checks.check_run_dir, which writes results.json) and the
-    report (harness.report.build_report): prints the verdict and returns its exit code, or None when
-    the checks are not available."""
-    code: int | None = None
-    checks = _optional_module("harness.checks")
-    if checks is not None and hasattr(checks, "check_run_dir"):
-        results = checks.check_run_dir(run_dir)
-        show = getattr(_optional_module("harness.check"), "print_results", None)
-        if show is not None:
-            show(results)
-        else:
-            print(f"verdict: {results.verdict} (exit {results.exit_code})")
-        code = int(results.exit_code)
-    report = _optional_module("harness.report")
-    if report is not None and hasattr(report, "build_report"):
-        paths = report.build_report(run_dir)
-        print(f"report: {paths.html}")
-    return code
+    results = check_run_dir(run_dir)
+    print_results(results)
+    paths = build_report(run_dir)
+    append_step_summary(run_dir)
+    print(f"report: {paths.html}")
+    return int(results.exit_code)
 
 
 # ---- the command --------------------------------------------------------------------------------
@@ -220,4 +204,4 @@ def run(args: argparse.Namespace) -> int:
         return code
     code = evaluate_run_dir(result.run_dir)
     print(f"results: {result.run_dir}")
-    return EXIT_PASS if code is None else code
+    return code

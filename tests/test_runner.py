@@ -332,3 +332,15 @@ def test_a_shadowed_patch_bootstrap_fails_the_trial(tmp_path):
     assert result.exit_code == 3
     assert "names patches ['harness_test_patch_marker'] but server.log has no" in result.error
     assert_no_server_left(result.run_dir)
+
+
+def test_after_a_run_checks_report_and_ci_step_summary(full_run, tmp_path, monkeypatch, capsys):
+    summary_file = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    code = run_command.evaluate_run_dir(full_run.run_dir)
+    results = read_json(full_run.run_dir / "results.json")
+    assert code == results["exit_code"]
+    for name in ("index.html", "junit.xml", "summary.md"):
+        assert (full_run.run_dir / name).stat().st_size > 0
+    assert f"verdict: {results['verdict']}" in capsys.readouterr().out
+    assert summary_file.read_text() == (full_run.run_dir / "summary.md").read_text()
