@@ -49,7 +49,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 from scipy import stats as _st
@@ -539,6 +539,35 @@ def _mde_from_interval(est: RatioEstimate, power: float) -> float | None:
 # TPOT gain rule
 
 
+def _decision_builder(
+    est: RatioEstimate, *, min_gain: float, alpha: float, power: float, mde: float | None, needed: float | None
+) -> Callable[..., GainDecision]:
+    """`decision(verdict, reason, ps=(p_value, p_pass, p_slower, p_short), kind=fail_kind)` for one
+    estimate: the paired and unpaired rules report in the same shape."""
+
+    def decision(
+        verdict: Verdict, reason: str, *, ps: tuple = (None,) * 4, kind: str | None = None
+    ) -> GainDecision:
+        return GainDecision(
+            verdict=verdict,
+            reason=reason,
+            min_gain=float(min_gain),
+            alpha=float(alpha),
+            power=float(power),
+            estimate=est,
+            gain=est.gain,
+            p_value=ps[0],
+            p_pass=ps[1],
+            p_slower=ps[2],
+            p_short=ps[3],
+            fail_kind=kind,
+            mde=mde,
+            gain_needed_to_pass=needed,
+        )
+
+    return decision
+
+
 def tpot_gain_decision(
     baseline: Sequence[float],
     candidate: Sequence[float],
@@ -597,25 +626,7 @@ def tpot_gain_decision(
     mde = _mde_from_interval(est, power) if est.reliable else None
     needed = None if mde is None else 1.0 - t * (1.0 - mde)
 
-    def decision(
-        verdict: Verdict, reason: str, *, ps: tuple = (None,) * 4, kind: str | None = None
-    ) -> GainDecision:
-        return GainDecision(
-            verdict=verdict,
-            reason=reason,
-            min_gain=float(min_gain),
-            alpha=float(alpha),
-            power=float(power),
-            estimate=est,
-            gain=est.gain,
-            p_value=ps[0],
-            p_pass=ps[1],
-            p_slower=ps[2],
-            p_short=ps[3],
-            fail_kind=kind,
-            mde=mde,
-            gain_needed_to_pass=needed,
-        )
+    decision = _decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
 
     if est.ratio is None:
         return decision(INCONCLUSIVE, f"no usable data: {est.reason}")
@@ -989,25 +1000,7 @@ def paired_tpot_gain_decision(
     needed = None if mde is None else 1.0 - t * (1.0 - mde)
     n = est.n_baseline
 
-    def decision(
-        verdict: Verdict, reason: str, *, ps: tuple = (None,) * 4, kind: str | None = None
-    ) -> GainDecision:
-        return GainDecision(
-            verdict=verdict,
-            reason=reason,
-            min_gain=float(min_gain),
-            alpha=float(alpha),
-            power=float(power),
-            estimate=est,
-            gain=est.gain,
-            p_value=ps[0],
-            p_pass=ps[1],
-            p_slower=ps[2],
-            p_short=ps[3],
-            fail_kind=kind,
-            mde=mde,
-            gain_needed_to_pass=needed,
-        )
+    decision = _decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
 
     if est.ratio is None:
         return decision(INCONCLUSIVE, f"paired over {n} repetitions: no usable data: {est.reason}")
