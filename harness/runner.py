@@ -24,7 +24,7 @@ import httpx
 from harness.engines import ServerCommand, build_server_command
 from harness.environment import collect_environment
 from harness.errors import EXIT_INCONCLUSIVE
-from harness.plan import Trial, plan_trials
+from harness.plan import Trial, plan_trials, with_run_seed
 from harness.profiling import ProfilingError, start_profile, stop_profile, wait_for_traces
 from harness.scenario import Scenario, scenario_to_yaml
 from harness.server import (
@@ -461,6 +461,7 @@ def run_scenario(
     trial or an interruption: the RunResult says what happened. Bad input raises HarnessInputError
     before anything starts."""
     progress = progress or RunProgress()
+    scenario = with_run_seed(scenario)  # written into the run's scenario.yaml: the order is reproducible
     plan = plan_trials(scenario, aa=aa)
     commands = describe_commands(scenario, plan, host=host)
     scenario_dir = Path(scenario_path).resolve().parent

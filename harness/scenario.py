@@ -140,8 +140,14 @@ class WorkloadSpec(_Strict):
 class TrialsSpec(_Strict):
     repetitions: int = Field(5, ge=1, description="timed trials per variant (one server run = one sample)")
     profiled: int = Field(1, ge=0, description="profiled trials per variant (structure, not timing)")
-    order: Literal["abba", "random"] = "abba"
-    seed: int = 0
+    order: Literal["abba", "random"] = Field(
+        "random",
+        description="random: each repetition runs the arms in a freshly drawn order (randomised blocks), which "
+        "makes the paired test valid whatever the machine does over time; abba: A B B A ...",
+    )
+    seed: int | None = Field(
+        None, description="seed of the random order; null = a new seed per run, recorded in the run's scenario.yaml"
+    )
 
 
 class NsysSpec(_Strict):

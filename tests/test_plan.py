@@ -22,7 +22,7 @@ def letters(plan, kind):
 
 
 def test_abba_order_profiled_first_and_indices_dense():
-    plan = plan_trials(scenario(repetitions=4, profiled=1))
+    plan = plan_trials(scenario(repetitions=4, profiled=1, order="abba"))
     assert [t.kind for t in plan] == ["profiled"] * 2 + ["timed"] * 8
     assert letters(plan, "timed") == "ABBAABBA"
     assert [t.index for t in plan] == list(range(10))
@@ -36,7 +36,7 @@ def test_abba_order_profiled_first_and_indices_dense():
 def test_abba_generalises_to_three_arms():
     s = scenario_from_dict(
         {"name": "p", "engine": "micro", "variants": {"baseline": {}, "candidate": {}, "other": {}},
-         "trials": {"repetitions": 2, "profiled": 0}}
+         "trials": {"repetitions": 2, "profiled": 0, "order": "abba"}}
     )
     assert [t.variant for t in plan_trials(s)] == ["baseline", "candidate", "other", "other", "candidate", "baseline"]
 
@@ -54,7 +54,19 @@ def test_random_order_is_seeded_balanced_blocks():
 
 
 def test_aa_mode_runs_the_baseline_configuration_in_both_arms():
-    plan = plan_trials(scenario(repetitions=2, profiled=1), aa=True)
+    plan = plan_trials(scenario(repetitions=2, profiled=1, order="abba"), aa=True)
     assert {t.variant for t in plan} == {"baseline", "candidate"}
     assert {t.config for t in plan} == {"baseline"}
     assert plan[1].to_json_dict()["dir"] == "trials/01-candidate-profiled"
+
+
+def test_default_order_is_random_with_a_fresh_seed_per_run():
+    from harness.plan import with_run_seed
+
+    s = scenario(repetitions=12, profiled=0)
+    assert s.trials.order == "random" and s.trials.seed is None
+    seeds = {with_run_seed(s).trials.seed for _ in range(5)}
+    assert len(seeds) > 1 and None not in seeds
+    resolved = with_run_seed(s)
+    assert with_run_seed(resolved) is resolved  # a recorded seed is kept: the plan is reproducible
+    assert plan_trials(resolved) == plan_trials(resolved)

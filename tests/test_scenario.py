@@ -36,7 +36,7 @@ def test_defaults_and_variant_args_merge_over_server_args(tmp_path):
     assert s.server_args("baseline") == {"--speculative-num-steps": 2, "--disable-topk1-fast-path": True}
     assert s.server_args("candidate") == {"--speculative-num-steps": 3}
     assert s.patterns == DEFAULT_PATTERNS
-    assert s.workload.temperature == 0.0 and s.trials.order == "abba"
+    assert s.workload.temperature == 0.0 and s.trials.order == "random" and s.trials.seed is None
     assert s.region_rules() is None
 
 
