@@ -51,7 +51,8 @@ def write_scenario(directory: Path, name: str = "tiny", *, baseline: dict | None
         },
         "workload": {"num_requests": NUM_REQUESTS, "input_len": 16, "output_len": OUTPUT_LEN, "concurrency": 2,
                      "warmup_requests": WARMUP, **(workload or {})},
-        "trials": {"repetitions": 1, "profiled": 1, **(trials or {})},
+        # a fixed order: the tests name the trial directories they expect
+        "trials": {"repetitions": 1, "profiled": 1, "order": "abba", **(trials or {})},
         "profile": {"num_steps": 6, "activities": ["CPU"]},
         "checks": [
             {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
@@ -103,7 +104,9 @@ def test_full_run_completes_with_every_file_of_the_contract(full_run):
     assert [p["dir"] for p in run["plan"]] == [
         "trials/00-baseline-profiled", "trials/01-candidate-profiled", "trials/02-baseline-timed", "trials/03-candidate-timed",
     ]
-    assert load_scenario(run_dir / "scenario.yaml") == load_scenario(run_dir.parents[2] / "tiny.yaml")
+    stored, written = load_scenario(run_dir / "scenario.yaml"), load_scenario(run_dir.parents[2] / "tiny.yaml")
+    assert written.trials.seed is None and isinstance(stored.trials.seed, int)  # the run's seed is recorded
+    assert stored.model_copy(update={"trials": stored.trials.model_copy(update={"seed": None})}) == written
     env = read_json(run_dir / "environment.json")
     assert env["harness"]["version"] and env["python"] and env["cpu_count"]
     assert env["variants"]["baseline"]["torch"].startswith("2.") and env["variants"]["baseline"]["sglang"] is None
