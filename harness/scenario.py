@@ -191,6 +191,12 @@ class RegionsSpec(_Strict):
     replace: bool = Field(False, description="true: use only `rules`; false: put `rules` before the defaults")
     rules: list[RegionRule] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _rules_when_replacing(self) -> "RegionsSpec":
+        if self.replace and not self.rules:
+            raise ValueError("replace: true needs at least one rule (an empty table labels nothing)")
+        return self
+
 
 # ---- checks -------------------------------------------------------------------------------------
 
@@ -332,10 +338,8 @@ class Scenario(_Strict):
         merged.update(self.variants[variant].args)
         return merged
 
-    def region_rules(self) -> list[tuple[str, str]] | None:
-        """The scenario's region overrides as (name, regex), or None for the defaults alone."""
-        if not self.regions.rules and not self.regions.replace:
-            return None
+    def region_rules(self) -> list[tuple[str, str]]:
+        """The scenario's region rules as (name, regex): before the defaults, or alone with `regions.replace`."""
         return [(r.name, r.regex) for r in self.regions.rules]
 
 

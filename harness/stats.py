@@ -1163,6 +1163,17 @@ def robust_cv(values: Sequence[float]) -> float | None:
     return factor * 1.4826 * mad
 
 
+def _pooled_cv(
+    xa: np.ndarray, pa: str | None, xb: np.ndarray, pb: str | None
+) -> tuple[float | None, float | None, float | None]:
+    """Each arm's robust CV and their pooled value (None where an arm's data has a problem)."""
+    cv_a = robust_cv(xa) if not pa else None
+    cv_b = robust_cv(xb) if not pb else None
+    if cv_a is None or cv_b is None:
+        return cv_a, cv_b, None
+    return cv_a, cv_b, math.sqrt(((xa.size - 1) * cv_a**2 + (xb.size - 1) * cv_b**2) / (xa.size + xb.size - 2))
+
+
 def noise_floor(
     values_a: Sequence[float],
     values_b: Sequence[float] | None = None,
@@ -1211,12 +1222,8 @@ def noise_floor(
     xa, pa = _clean(a, "arm A")
     xb, pb = _clean(b, "arm B")
     problems += [p for p in (pa, pb) if p]
-    cv_a = robust_cv(xa) if not pa else None
-    cv_b = robust_cv(xb) if not pb else None
-    cv = None
-    if cv_a is not None and cv_b is not None:
-        cv = math.sqrt(((xa.size - 1) * cv_a**2 + (xb.size - 1) * cv_b**2) / (xa.size + xb.size - 2))
-    else:
+    cv_a, cv_b, cv = _pooled_cv(xa, pa, xb, pb)
+    if cv is None:
         problems.append("need >= 2 valid values per arm for a spread")
     mde = reps = None
     if cv is not None:
@@ -1262,11 +1269,9 @@ def _paired_noise_floor(
     xa, pa = _clean(a, "arm A")
     xb, pb = _clean(b, "arm B")
     problems += [p for p in (pa, pb) if p]
-    cv_a = robust_cv(xa) if not pa else None
-    cv_b = robust_cv(xb) if not pb else None
-    cv = sd = within = mde = reps = None
-    if cv_a is not None and cv_b is not None:
-        cv = math.sqrt(((xa.size - 1) * cv_a**2 + (xb.size - 1) * cv_b**2) / (xa.size + xb.size - 2))
+    cv_a, cv_b, cv = _pooled_cv(xa, pa, xb, pb)
+    sd = within = mde = reps = None
+    if cv is not None:
         d = np.log(xb) - np.log(xa)
         sd = 0.0 if np.ptp(d) <= _LOG_TOL else float(d.std(ddof=1))
         within = sd / math.sqrt(2.0)

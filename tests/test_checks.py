@@ -233,7 +233,8 @@ def test_compare_two_runs(tmp_path, capsys):
     assert verdicts["tpot_not_slower"] == "FAIL"
     assert verdicts["outputs_unchanged"] == "PASS"
     assert verdicts["pattern_counts_unchanged"] == "PASS"
-    assert main(["compare", str(run_a), str(run_a)]) in (0, 3)
+    # a run against itself: not slower beyond the 2% tolerance, same outputs and counts
+    assert main(["compare", str(run_a), str(run_a)]) == 0
 
 
 def test_eager_softmax_in_a_graph_region_fails_a_zero_rule(tmp_path):

@@ -37,7 +37,7 @@ def test_defaults_and_variant_args_merge_over_server_args(tmp_path):
     assert s.server_args("candidate") == {"--speculative-num-steps": 3}
     assert s.patterns == DEFAULT_PATTERNS
     assert s.workload.temperature == 0.0 and s.trials.order == "random" and s.trials.seed is None
-    assert s.region_rules() is None
+    assert s.region_rules() == []
 
 
 def test_render_args_bare_flags_lists_and_dropped_values():
@@ -69,6 +69,7 @@ def test_resolved_yaml_round_trips(tmp_path):
             "s.yaml:11: checks.0: give exactly one bound",
         ),
         ("checks:\n  - name: c\n    kind: tpot_gain\n    min_gain: 2\n", "s.yaml:13: checks.0.min_gain: Input should be less than 1"),
+        ("regions:\n  replace: true\n", "s.yaml:10: regions: replace: true needs at least one rule"),
         ("checks:\n  - {name: c, kind: nosuch}\n", "s.yaml:11: checks.0: Input tag 'nosuch' found using 'kind' does not match"),
     ],
 )
