@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness import stats  # noqa: E402
+from harness.verdict import stats  # noqa: E402
 from harness.rundir import load_run_dir  # noqa: E402
 from harness.scenario import TpotGainCheck, load_scenario  # noqa: E402
 
@@ -31,7 +31,7 @@ def harness_run(scenario: Path, out: Path, *extra: str) -> Path:
     """One real `harness run --aa`; returns its run directory."""
     out.mkdir(parents=True, exist_ok=True)
     before = set(out.iterdir())
-    cmd = [sys.executable, "-m", "harness.cli", "run", str(scenario), "--aa", "--out", str(out), "--no-progress", *extra]
+    cmd = [sys.executable, "-m", "harness.commands.cli", "run", str(scenario), "--aa", "--out", str(out), "--no-progress", *extra]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     new = sorted(p for p in set(out.iterdir()) - before if not p.is_symlink())  # not `latest`

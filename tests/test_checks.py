@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from harness.checks import evaluate_run, overall_verdict
-from harness.cli import main
+from harness.verdict.rules import evaluate_run, overall_verdict
+from harness.commands.cli import main
 from harness.rundir import load_run_dir
 from rundir_factory import Arm, file_facts, write_run_dir
 

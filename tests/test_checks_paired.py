@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
-from harness import stats
-from harness.checks import evaluate_run
+from harness.verdict import stats
+from harness.verdict.rules import evaluate_run
 from harness.rundir import load_run_dir
 from rundir_factory import Arm, file_facts, write_run_dir
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.plan import plan_trials
+from harness.run.plan import plan_trials
 from harness.scenario import scenario_from_dict
 
 
@@ -61,7 +61,7 @@ def test_aa_mode_runs_the_baseline_configuration_in_both_arms():
 
 
 def test_default_order_is_random_with_a_fresh_seed_per_run():
-    from harness.plan import with_run_seed
+    from harness.run.plan import with_run_seed
 
     s = scenario(repetitions=12, profiled=0)
     assert s.trials.order == "random" and s.trials.seed is None

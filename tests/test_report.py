@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main as harness_main
+from harness.commands.cli import main as harness_main
 from harness.report import append_step_summary, build_report, update_latest_link
 from harness.report.data import load_report_data
 

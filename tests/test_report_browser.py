@@ -66,7 +66,7 @@ def real_run(tmp_path_factory) -> Path:
     scenario.write_text(yaml.safe_dump(TINY, sort_keys=False))
     # A separate process, as a user runs it (and away from Playwright's event loop in this one).
     done = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", str(scenario), "--out", str(root / "reports" / "runs"), "--no-progress"],
+        [sys.executable, "-m", "harness.commands.cli", "run", str(scenario), "--out", str(root / "reports" / "runs"), "--no-progress"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     code = done.returncode

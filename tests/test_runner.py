@@ -20,11 +20,11 @@ import pytest
 import yaml
 from proc_helpers import group_gone, process_gone
 
-from harness import cli
-from harness import run as run_command
-from harness.runner import run_scenario
+from harness.commands import cli
+from harness.commands import run as run_command
+from harness.run.execute import run_scenario
 from harness.scenario import load_scenario
-from harness.server import live_server_pids
+from harness.run.server import live_server_pids
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
@@ -251,7 +251,7 @@ def test_ctrl_c_mid_run_exits_130_keeps_the_measurements_and_stops_the_server(tm
     path = write_scenario(tmp_path, workload={"num_requests": 40, "output_len": 64, "concurrency": 1}, trials={"profiled": 0})
     out = tmp_path / "runs"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out)],
+        [sys.executable, "-m", "harness.commands.cli", "run", str(path), "--out", str(out)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "CI": "true"},
     )
     try:

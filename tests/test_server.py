@@ -12,7 +12,7 @@ from proc_helpers import group_gone, process_gone
 
 from harness.engines import ServerCommand
 from harness.scenario import NsysSpec
-from harness.server import (
+from harness.run.server import (
     PortInUseError,
     ServerProcess,
     ServerStartError,

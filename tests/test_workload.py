@@ -16,8 +16,8 @@ import pytest
 from harness.engines import ServerCommand
 from harness.errors import HarnessInputError
 from harness.scenario import WorkloadSpec
-from harness.server import ServerProcess, free_port
-from harness.workload import RequestRecord, build_prompts, send_requests, summarize
+from harness.run.server import ServerProcess, free_port
+from harness.run.workload import RequestRecord, build_prompts, send_requests, summarize
 
 FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
 

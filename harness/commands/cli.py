@@ -16,12 +16,12 @@ from harness.errors import EXIT_BAD_INPUT, HarnessInputError
 
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "validate": ("harness.validate", "check scenario files (FILE:LINE: field: problem)"),
-    "run": ("harness.run", "run a scenario: both variants, workload, profiler, trace analysis, then the checks"),
-    "analyze": ("harness.traces.cli", "count kernels (or CPU ops) per CUDA graph launch and region in traces"),
-    "check": ("harness.check", "evaluate a stored run's rules: PASS / FAIL / INCONCLUSIVE (exit 0 / 1 / 3)"),
-    "compare": ("harness.compare", "compare two stored runs of one scenario (e.g. yesterday's and today's)"),
-    "report": ("harness.report.cli", "rebuild a run's report: index.html, junit.xml, summary.md"),
+    "validate": ("harness.commands.validate", "check scenario files (FILE:LINE: field: problem)"),
+    "run": ("harness.commands.run", "run a scenario: both variants, workload, profiler, trace analysis, then the checks"),
+    "analyze": ("harness.commands.analyze", "count kernels (or CPU ops) per CUDA graph launch and region in traces"),
+    "check": ("harness.commands.check", "evaluate a stored run's rules: PASS / FAIL / INCONCLUSIVE (exit 0 / 1 / 3)"),
+    "compare": ("harness.commands.compare", "compare two stored runs of one scenario (e.g. yesterday's and today's)"),
+    "report": ("harness.commands.report", "rebuild a run's report: index.html, junit.xml, summary.md"),
 }
 
 

@@ -2,7 +2,7 @@
 
 Fail closed: a rule never passes on missing evidence. Every precondition a rule relies on is
 listed in its result, and a violated one makes the rule INCONCLUSIVE with the reason.
-Statistics live in `harness.stats`; this module only gathers the numbers and applies the rules.
+Statistics live in `harness.verdict.stats`; this module only gathers the numbers and applies the rules.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness import stats
+from harness.verdict import stats
 from harness.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from harness.rundir import RunDir, Trial, load_run_dir
 from harness.scenario import (

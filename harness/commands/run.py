@@ -57,7 +57,7 @@ def _trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> st
 
 
 def _make_progress(rich_ui: bool):
-    from harness.runner import RunProgress
+    from harness.run.execute import RunProgress
 
     class PlainProgress(RunProgress):
         """One line per trial (CI logs)."""
@@ -141,8 +141,8 @@ def _use_rich(args: argparse.Namespace) -> bool:
 def evaluate_run_dir(run_dir: Path) -> int:
     """After a run: the checks (results.json), the verdict on the terminal, the report, and the CI
     job summary when $GITHUB_STEP_SUMMARY is set. Returns the verdict's exit code."""
-    from harness.check import print_results
-    from harness.checks import check_run_dir
+    from harness.commands.check import print_results
+    from harness.verdict.rules import check_run_dir
     from harness.report import append_step_summary, build_report
 
     results = check_run_dir(run_dir)
@@ -159,7 +159,7 @@ def evaluate_run_dir(run_dir: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     from harness.errors import EXIT_PASS
     from harness.scenario import load_scenario
-    from harness.runner import run_scenario
+    from harness.run.execute import run_scenario
 
     scenario_path = Path(args.scenario)
     scenario = load_scenario(scenario_path)

@@ -22,12 +22,12 @@ from typing import Any, Literal
 import httpx
 
 from harness.engines import ServerCommand, build_server_command
-from harness.environment import collect_environment
+from harness.run.environment import collect_environment
 from harness.errors import EXIT_INCONCLUSIVE
-from harness.plan import Trial, plan_trials, with_run_seed
-from harness.profiling import ProfilingError, start_profile, stop_profile, wait_for_traces
+from harness.run.plan import Trial, plan_trials, with_run_seed
+from harness.run.profiling import ProfilingError, start_profile, stop_profile, wait_for_traces
 from harness.scenario import Scenario, scenario_to_yaml
-from harness.server import (
+from harness.run.server import (
     LOOPBACK,
     NSYS_STOP_GRACE_S,
     ServerProcess,
@@ -38,7 +38,7 @@ from harness.server import (
     nsys_profile_argv,
     signals_raise_interrupt,
 )
-from harness.workload import Prompt, RequestRecord, build_prompts, flush_cache, send_requests, summarize
+from harness.run.workload import Prompt, RequestRecord, build_prompts, flush_cache, send_requests, summarize
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT_ROOT = Path("reports/runs")

@@ -1,0 +1,200 @@
+"""The TPOT gain rule: PASS / FAIL / INCONCLUSIVE from a ratio interval and a rank test."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.verdict.stats.base import (
+    FAIL,
+    INCONCLUSIVE,
+    MIN_TRIALS,
+    PASS,
+    GainDecision,
+    RatioEstimate,
+    Verdict,
+    _check_unit,
+)
+from harness.verdict.stats.unpaired import (
+    _mde_from_interval,
+    mann_whitney,
+    ratio_of_medians_ci,
+)
+
+# --------------------------------------------------------------------------------------------------
+# TPOT gain rule
+
+
+def _decision_builder(
+    est: RatioEstimate, *, min_gain: float, alpha: float, power: float, mde: float | None, needed: float | None
+) -> Callable[..., GainDecision]:
+    """`decision(verdict, reason, ps=(p_value, p_pass, p_slower, p_short), kind=fail_kind)` for one
+    estimate: the paired and unpaired rules report in the same shape."""
+
+    def decision(
+        verdict: Verdict, reason: str, *, ps: tuple = (None,) * 4, kind: str | None = None
+    ) -> GainDecision:
+        return GainDecision(
+            verdict=verdict,
+            reason=reason,
+            min_gain=float(min_gain),
+            alpha=float(alpha),
+            power=float(power),
+            estimate=est,
+            gain=est.gain,
+            p_value=ps[0],
+            p_pass=ps[1],
+            p_slower=ps[2],
+            p_short=ps[3],
+            fail_kind=kind,
+            mde=mde,
+            gain_needed_to_pass=needed,
+        )
+
+    return decision
+
+
+def tpot_gain_decision(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    min_gain: float,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    resamples: int = 10000,
+    seed: int = 0,
+    paired: bool = False,
+) -> GainDecision:
+    """PASS / FAIL / INCONCLUSIVE for "candidate TPOT is at least `min_gain` lower than baseline".
+
+    `paired=True`: the arms are aligned repetition pairs of an interleaved run; delegates to
+    `paired_tpot_gain_decision` (same rule, paired t interval and signed-rank test; `resamples`
+    and `seed` unused). The rest of this docstring describes the unpaired rule (paired=False).
+
+    With r = median(c)/median(b), [lo, hi] its `confidence` bootstrap interval
+    (`ratio_of_medians_ci`), t = 1 - min_gain, and one-sided exact Mann-Whitney p-values:
+
+      PASS  if hi < t  and  p(candidate < t * baseline) < alpha/2
+      FAIL  ("slower")          if lo > 1  and  p(candidate > baseline) < alpha/2
+      FAIL  ("below_min_gain")  if lo > t  and  p(candidate > t * baseline) < alpha/2
+      INCONCLUSIVE otherwise, or when the estimate is not reliable (fewer than MIN_TRIALS per arm,
+            zero spread in an arm, NaN/inf/non-positive values), with a reason and the MDE.
+
+    Why the rank test too: its null distribution is exact and distribution-free, so whatever the
+    bootstrap's small-sample coverage, a false PASS or a false "slower" FAIL on A/A data has
+    probability <= alpha/2 each (<= alpha together). Each directional claim is thus made at
+    alpha/2 by two criteria, matching the two-sided `confidence` interval (defaults 0.95 / 0.05).
+    Scaling the baseline by t makes the rank test ask the same question as the interval (a
+    log-scale shift model). With min_gain = 0 the two FAIL branches coincide.
+
+    Note: on A/A data, FAIL "below_min_gain" is a *correct* verdict (the true gain, 0, is below
+    min_gain); only PASS and FAIL "slower" are false verdicts there (see `false_verdict_rate`).
+
+    MDE (`mde`): 1 - exp(-(z_{(1+conf)/2} + z_power) * se), se = log(hi/lo) / (2 z_{(1+conf)/2}):
+    the smallest true gain whose interval would exclude 1 with probability `power` at this spread.
+    `gain_needed_to_pass` = 1 - t * exp(-(z + z_power) * se), about min_gain + mde.
+    """
+    if not isinstance(min_gain, numbers.Real) or not (0.0 <= float(min_gain) < 1.0):
+        raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")
+    _check_unit("confidence", confidence)
+    _check_unit("alpha", alpha)
+    _check_unit("power", power)
+    if paired:
+        from harness.verdict.stats.paired import paired_tpot_gain_decision  # paired builds on this module
+
+        return paired_tpot_gain_decision(
+            baseline, candidate, min_gain=min_gain, confidence=confidence, alpha=alpha, power=power
+        )
+    est = ratio_of_medians_ci(
+        baseline, candidate, confidence=confidence, resamples=resamples, seed=seed
+    )
+    t = 1.0 - float(min_gain)
+    # MDE only from an interval that can be trusted (else the reason says what is missing).
+    mde = _mde_from_interval(est, power) if est.reliable else None
+    needed = None if mde is None else 1.0 - t * (1.0 - mde)
+
+    decision = _decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
+
+    if est.ratio is None:
+        return decision(INCONCLUSIVE, f"no usable data: {est.reason}")
+    b = np.asarray(baseline, dtype=float).ravel()
+    c = np.asarray(candidate, dtype=float).ravel()
+    if b.size < 2 or c.size < 2:
+        return decision(
+            INCONCLUSIVE,
+            f"too few trials (baseline {b.size}, candidate {c.size}); need >= {MIN_TRIALS} per arm",
+        )
+    ps = (
+        mann_whitney(b, c, "two-sided").p_value,
+        mann_whitney(t * b, c, "less").p_value,
+        mann_whitney(b, c, "greater").p_value,
+        mann_whitney(t * b, c, "greater").p_value,
+    )
+    summary = (
+        f"ratio {est.ratio:.4f} [{est.ci_low:.4f}, {est.ci_high:.4f}] ({confidence:.0%}), "
+        f"gain {1 - est.ratio:+.2%}, min_gain {min_gain:.2%}"
+    )
+    return _apply_gain_rule(decision, est, ps, summary, t=t, alpha=alpha, power=power, mde=mde,
+                            test="rank test")
+
+
+def _apply_gain_rule(
+    decision: Any,
+    est: RatioEstimate,
+    ps: tuple,
+    summary: str,
+    *,
+    t: float,
+    alpha: float,
+    power: float,
+    mde: float | None,
+    test: str,
+) -> GainDecision:
+    """The verdict rule shared by the unpaired and the paired TPOT decision (see their docstrings).
+
+    `ps` = (two-sided p, p_pass, p_slower, p_short) of the mode's one-sided rank test.
+    """
+    _, p_pass, p_slower, p_short = ps
+    if not est.reliable:
+        return decision(INCONCLUSIVE, f"{summary}; estimate not reliable: {est.reason}", ps=ps)
+    lo, hi = est.ci_low, est.ci_high
+    assert lo is not None and hi is not None
+    a2 = alpha / 2
+    if hi < t and p_pass < a2:
+        return decision(PASS, f"{summary}: the whole interval is below {t:.4f}", ps=ps)
+    if lo > 1.0 and p_slower < a2:
+        return decision(
+            FAIL,
+            f"{summary}: candidate is significantly slower (interval above 1)",
+            ps=ps,
+            kind="slower",
+        )
+    if lo > t and p_short < a2:
+        return decision(
+            FAIL,
+            f"{summary}: gain is significantly below min_gain (interval above {t:.4f})",
+            ps=ps,
+            kind="below_min_gain",
+        )
+    # Inconclusive: say why.
+    if hi < t:
+        why = f"interval clears {t:.4f} but the {test} does not (p={p_pass:.3g} >= {a2:g})"
+    elif lo > t:
+        why = (
+            f"interval is above {t:.4f} but the {test} does not confirm "
+            f"(p={p_short:.3g} >= {a2:g})"
+        )
+    else:
+        why = f"interval contains the required ratio {t:.4f}"
+    if mde is not None:
+        why += (
+            f"; these data detect gains >= {mde:.2%} with {power:.0%} power, "
+            f"a PASS needs a true gain of about {1 - t * (1 - mde):.2%}"
+        )
+    return decision(INCONCLUSIVE, f"{summary}: {why}", ps=ps)
+
+
