@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,3 +147,28 @@ def test_topk_above_one_keeps_the_softmax_path(engines: list[MicroEngine], tmp_p
     counts = _profile_counts(engine, tmp_path, "topk2", num_steps=3)
     assert counts["DECODE"] == [2, 2]
     assert counts["DRAFT_EXTEND_V2"] == [2, 2]
+
+
+def test_inject_delay_busy_waits_inside_every_draft_decode_and_changes_no_output(
+    engines: list[MicroEngine], tmp_path: Path
+) -> None:
+    delay_us = 3000
+    plain = _engine(SMALL, num_steps=3)
+    engines.append(plain)
+    delayed = _engine(SMALL, num_steps=3, inject_delay_us=delay_us)
+    engines.append(delayed)
+    prompts = _prompts(plain, 3)
+    outputs = [[r.output_ids for r in e.generate(prompts, max_new_tokens=12)] for e in (plain, delayed)]
+    assert outputs[0] == outputs[1]
+    request = ProfileRequest(output_dir=str(tmp_path), num_steps=5, profile_id="delay", activities=["CPU"])
+    delayed.call(lambda: delayed.start_profile(request)).result(timeout=30)
+    delayed.generate(prompts[:1], max_new_tokens=40)
+    trace = json.loads(gzip.decompress(next(tmp_path.glob("*.trace.json.gz")).read_bytes()))
+    spans = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    decodes = [e for e in spans if e["name"].startswith("step[DECODE")]
+    delays = [e for e in spans if e["name"] == "micro::inject_delay"]
+    # 1 prefill step + 4 decode cycles; a busy-wait lasts at least its length by construction.
+    assert len(decodes) == len(delays) == 4
+    for decode, delay in zip(sorted(decodes, key=lambda e: e["ts"]), sorted(delays, key=lambda e: e["ts"])):
+        assert decode["ts"] <= delay["ts"] and delay["ts"] + delay["dur"] <= decode["ts"] + decode["dur"]
+        assert delay["dur"] >= delay_us

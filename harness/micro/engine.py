@@ -67,6 +67,9 @@ class SpecConfig:
     cuda_graph: bool = True  # only meaningful on CUDA
     cuda_graph_max_bs: int = 32
     max_running_requests: int = 64
+    # A planted slowdown of known size (--inject-delay-us): busy-wait this long in every draft-decode
+    # cycle, so that the harness's sensitivity can be measured against a known effect.
+    inject_delay_us: int = 0
 
     @property
     def num_draft_tokens(self) -> int:
@@ -703,8 +706,10 @@ class MicroEngine:
             ctx_ids, ctx_valid = self._context([r.tokens for r in batch])
             first_new_pos = self._tensor([len(r.tokens) for r in batch])
             with record_function(f"step[DECODE bs={bs}]"):
+                self._inject_delay()
                 (drafts,) = self.runners["draft_decode"].run(ctx_ids, ctx_valid, first_new_pos, first_drafts)
         else:
+            self._inject_delay()
             drafts = first_drafts.unsqueeze(1)
 
         # 2. target verify of [last token, drafts...]
@@ -749,6 +754,16 @@ class MicroEngine:
         for (req, _, _), draft in zip(continuing, next_drafts.tolist()):
             req.next_draft = draft
             self._emit(req)
+
+    def _inject_delay(self) -> None:
+        """Busy-wait (not sleep: a sleep frees the core and its length depends on the scheduler) on the
+        engine thread, which every decode cycle waits for, on CPU and on CUDA alike."""
+        if self.spec.inject_delay_us <= 0:
+            return
+        with record_function("micro::inject_delay"):
+            end = time.perf_counter_ns() + self.spec.inject_delay_us * 1000
+            while time.perf_counter_ns() < end:
+                pass
 
     def _finish_on_shutdown(self) -> None:
         if self._profile is not None and self._profile.profiler is not None:

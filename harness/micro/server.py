@@ -58,6 +58,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -98,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--disable-topk1-fast-path",
         action="store_true",
         help="select draft tokens by softmax + top-k even when topk == 1 (SGLang before PR #26235)",
+    )
+    engine.add_argument(
+        "--inject-delay-us",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="busy-wait N microseconds in every draft-decode cycle: a planted slowdown of known size",
     )
     engine.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
     engine.add_argument("--seed", type=int, default=defaults.seed)
@@ -316,6 +333,7 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
             "speculative_num_draft_tokens": settings.num_draft_tokens,
             "topk1_fast_path": engine.spec.uses_fast_path,
             "disable_topk1_fast_path": args.disable_topk1_fast_path,
+            "inject_delay_us": args.inject_delay_us,
             "cuda_graph_max_bs": args.cuda_graph_max_bs,
             "disable_cuda_graph": args.disable_cuda_graph,
             "cuda_graph": engine.device.type == "cuda" and not args.disable_cuda_graph,
@@ -507,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         cuda_graph=not args.disable_cuda_graph,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
         max_running_requests=args.max_running_requests,
+        inject_delay_us=args.inject_delay_us,
     )
     logger.info(
         "micro engine %s: device=%s speculative_algorithm=%s num_steps=%d eagle_topk=%d num_draft_tokens=%d "
