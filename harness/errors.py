@@ -1,6 +1,16 @@
 """Errors that the command line turns into one clear line and exit code 2."""
 
 
+# Control characters (newlines, terminal escapes) a hostile file may put in a name or a value.
+_CONTROL = {c: f"\\u{c:04x}" if c > 0xFF else f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)} | {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+
+
+def one_line(text: object) -> str:
+    """Text as one printable line: control characters escaped, so that a message stays one line and
+    cannot move the cursor or recolour the terminal."""
+    return str(text).translate(_CONTROL)
+
+
 class HarnessInputError(Exception):
     """Bad input from the user: a file, a field, a flag. The message is the whole story.
 

@@ -27,16 +27,22 @@ def run(args: argparse.Namespace) -> int:
 def print_results(results) -> None:  # noqa: ANN001 - CheckResults, imported lazily
     """The rule table and the verdict, as a person reads them at the end of a run."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from harness.errors import one_line
+
+    def text(value: object) -> str:  # names and reasons come from files: no markup, no control characters
+        return escape(one_line(value))
 
     colours = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}
     console = Console(highlight=False, soft_wrap=True)
-    table = Table(title=f"{results.scenario}{' (A/A)' if results.aa else ''}", show_lines=False)
+    table = Table(title=f"{text(results.scenario)}{' (A/A)' if results.aa else ''}", show_lines=False)
     table.add_column("rule")
     table.add_column("verdict")
     table.add_column("reason", overflow="fold")
     for rule in results.rules:
-        table.add_row(rule.name, f"[{colours[rule.verdict]}]{rule.verdict}[/]", rule.reason)
+        table.add_row(text(rule.name), f"[{colours[rule.verdict]}]{rule.verdict}[/]", text(rule.reason))
     console.print(table)
     for rule in results.rules:
         n = rule.numbers

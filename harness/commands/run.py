@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.errors import one_line
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -52,7 +54,7 @@ def _trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> st
         if trial.kind == "profiled":
             detail += f"  traces {len(outcome.traces)}"
     else:
-        detail = f"FAILED: {outcome.error}"
+        detail = f"FAILED: {one_line(outcome.error)}"
     return f"[{position}/{total}] {trial.dir_name:<24} {detail}  ({elapsed_s:.1f} s)"
 
 
@@ -120,7 +122,8 @@ def _make_progress(rich_ui: bool):
                 self.bars.update(self.trial_task, completed=done)
 
         def trial_finished(self, trial: Any, outcome: Any) -> None:
-            self.console.print(_trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at))
+            line = _trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at)
+            self.console.print(line, markup=False)  # an error may quote server output
             self.bars.advance(self.run_task)
 
         def stop(self) -> None:
@@ -197,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             except Exception as exc:  # noqa: BLE001 - the run's own error below is what matters
                 print(f"harness run: checks/report of the incomplete run failed: {exc}", file=sys.stderr)
         for line in result.log_tail[-10:]:
-            print(f"  server.log | {line}", file=sys.stderr)
+            print(f"  server.log | {one_line(line)}", file=sys.stderr)
         code = result.exit_code or 3
         label = "interrupted" if result.interrupted_by is not None else "INCONCLUSIVE (run incomplete)"
         print(f"harness run: {label}: {result.error}; results so far: {result.run_dir}", file=sys.stderr)
