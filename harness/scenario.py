@@ -499,9 +499,24 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | Path = "<scenario>
         raise HarnessInputError(f"{where}: {dotted or '(top level)'}: {message}{more}") from None
 
 
+# The last line of a stored (resolved) scenario: a file cut short (a full disk, a partial copy)
+# still parses as YAML, only with fewer checks, so `harness check` requires this line.
+SCENARIO_END = "# end of the resolved scenario"
+
+
 def scenario_to_yaml(scenario: Scenario) -> str:
     """The scenario as resolved (defaults filled in), for the run directory."""
-    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True) + SCENARIO_END + "\n"
+
+
+def is_whole(path: Path) -> bool:
+    """Whether a stored scenario ends with SCENARIO_END (written whole by `scenario_to_yaml`)."""
+    try:
+        with Path(path).open("rb") as f:
+            f.seek(max(f.seek(0, 2) - len(SCENARIO_END) - 2, 0))
+            return f.read().rstrip(b"\r\n").endswith(SCENARIO_END.encode())
+    except OSError:
+        return False
 
 
 def scenario_json_schema() -> str:
