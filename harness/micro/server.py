@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -46,6 +47,8 @@ PROFILE_FIELDS = {
     "profile_id",
     "detailed_annotations",
 }
+# profile_prefix and profile_id become part of the trace's file name: a plain name, never a path.
+FILE_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,127}")
 
 
 def _positive_int(text: str) -> int:
@@ -280,19 +283,29 @@ def parse_profile(body: Any) -> Any:
         value = body.get(name)
         if value is not None and not isinstance(value, (str, int)):
             raise BadRequest(f"{name} must be a string, got {value!r}")
-    output_dir = body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp"
-    profile_id = body.get("profile_id")
-    if profile_id is not None and ("/" in str(profile_id) or not str(profile_id)):
-        raise BadRequest(f"profile_id must be a non-empty file-name part, got {profile_id!r}")
+    output_dir = str(body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp")
+    if "\x00" in output_dir or ".." in output_dir.replace("\\", "/").split("/"):
+        raise BadRequest(f"output_dir must be a directory path without '..' or NUL, got {output_dir[:200]!r}")
+    names = {}
+    for name in ("profile_prefix", "profile_id"):
+        value = body.get(name)
+        if value is None or (name == "profile_prefix" and value == ""):
+            continue
+        if isinstance(value, bool) or not FILE_NAME_PART.fullmatch(str(value)):
+            raise BadRequest(
+                f"{name} must be a plain file-name part (letters, digits, '.', '_', '+', '=', '-'; "
+                f"at most 128, not starting with a dot), got {str(value)[:200]!r}"
+            )
+        names[name] = str(value)
     return ProfileRequest(
-        output_dir=str(output_dir),
+        output_dir=output_dir,
         num_steps=body.get("num_steps"),
         start_step=body.get("start_step"),
         activities=tuple(a.upper() for a in activities),
         with_stack=body.get("with_stack", True) is not False,
         record_shapes=body.get("record_shapes", True) is not False,
-        profile_prefix=str(body["profile_prefix"]) if body.get("profile_prefix") else None,
-        profile_id=str(profile_id) if profile_id is not None else None,
+        profile_prefix=names.get("profile_prefix"),
+        profile_id=names.get("profile_id"),
     )
 
 

@@ -441,7 +441,7 @@ def _files(data: ReportData) -> str:
         tj = f'<a href="{_e(data.relative(trial_json))}">trial.json</a>' if trial_json.exists() else "–"
         rows.append([_e(t.name), _e(t.status), "<br>".join(links) or "–", log, req, tj])
     run_files = [
-        f'<a href="{_e(name)}">{_e(name)}</a>'
+        f'<a href="./{_e(name)}">{_e(name)}</a>'
         for name in ("results.json", "analysis.json", "run.json", "environment.json", "scenario.yaml", "junit.xml",
                      "summary.md", "traceback.txt")
         if (data.run_dir / name).exists() or name in ("junit.xml", "summary.md")

@@ -25,7 +25,7 @@ from harness.engines import ServerCommand, build_server_command
 from harness.run.environment import collect_environment
 from harness.errors import EXIT_INCONCLUSIVE
 from harness.run.plan import Trial, plan_trials, with_run_seed
-from harness.run.profiling import ProfilingError, start_profile, stop_profile, wait_for_traces
+from harness.run.profiling import ProfilingError, start_profile, stop_profile, trace_files, wait_for_traces
 from harness.scenario import Scenario, scenario_to_yaml
 from harness.run.server import (
     LOOPBACK,
@@ -408,9 +408,7 @@ class _TrialRunner:
                 outcome.status, outcome.error = "failed", f"nsys: {exc}"
 
     def _trace_paths(self) -> list[str]:
-        if not self.profile_dir.exists():
-            return []
-        return sorted(str(p.relative_to(self.dir)) for p in self.profile_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+        return [str(p.relative_to(self.dir)) for p in trace_files(self.profile_dir)]
 
 
 # ---- trace analysis -----------------------------------------------------------------------------
