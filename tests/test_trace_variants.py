@@ -330,3 +330,15 @@ def test_real_trace_table_sizes(shared_traces, name):
         sum(c in ANNOTATION_KIND_OF_CATEGORY for c in cats),
         sum(c in CPU_OP_CATEGORIES for c in cats),
     )
+
+
+def test_kernels_without_any_runtime_call(tmp_path):
+    """A trace cut to its kernels (no runtime events at all: a window edge, a lost buffer) reads;
+    every kernel is in no region, and the analysis says why."""
+    doc = cuda_trace()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    file = analyze_traces([write(tmp_path, doc)]).files[0]
+    assert (file.graph_launches, file.validity.gpu_ops_without_launch) == (0, LAUNCHES * KERNELS_PER_LAUNCH + 1)
+    total = file.pattern_totals[0]
+    assert (total.total, total.without_launch) == (LAUNCHES + 1, LAUNCHES + 1)
+    assert any("have no launch in the trace" in w for w in file.validity.warnings)
