@@ -165,16 +165,26 @@ def run_forked(argv: list[str], timeout_s: float = 120.0) -> Outcome:
 
 # ---- values of any JSON type --------------------------------------------------------------------------
 
-_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=30),
-    st.sampled_from(["0x0", "0x7f3a2c000d10", "12", "-1", "1e999", "NaN", "(nil)", "", "<script>", "[/]", "$\\frac{"]),
-)
-any_json = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                          st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+def _scalars(*odd: str) -> st.SearchStrategy:
+    return st.one_of(
+        st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=30),
+        st.sampled_from(["0x0", "0x7f3a2c000d10", "12", "-1", "1e999", "NaN", "(nil)", "", "<script>", "[/]",
+                         "$\\frac{", "\x00", "\x1b[2J", "a\nb", *odd]),
+    )
+
+
+def _json_like(scalars: st.SearchStrategy) -> st.SearchStrategy:
+    return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                         st.dictionaries(st.text(max_size=8), inner, max_size=4)),
                         max_leaves=8)
 
 
+any_yaml = _json_like(_scalars())
+any_json = _json_like(_scalars("\ud800", "x\udfff", "\ufffe"))  # JSON escapes lone surrogates; YAML cannot dump them
+# right type, any size: values no profiler or harness writes, which must still not crash anything
+EXTREME_NUMBERS = st.sampled_from([0, -1, -2, 1, 2**31, 2**63 - 1, -(2**63), 2**64 - 1, 0.5, -0.5, 1e-300, 1e300, -1e300,
+                                   1.7976931348623157e308, -1e15, 1e15])
 def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
     """Every path (keys and indices) into a JSON-like value."""
     out = [prefix] if prefix else []
@@ -185,6 +195,12 @@ def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
         for i, v in enumerate(value):
             out += _paths(v, prefix + (i,))
     return out
+
+
+def _get(doc: Any, path: tuple) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
 
 
 def _set(doc: Any, path: tuple, value: Any, delete: bool = False) -> None:
@@ -255,14 +271,14 @@ def scenario_case(draw: Callable, root: Path) -> Case:
         if action == "delete":
             _set(doc, path, None, delete=True)
         elif action == "retype":
-            _set(doc, path, draw(any_json))
+            _set(doc, path, draw(any_yaml))
         else:
             parent = doc
             for key in path[:-1]:
                 parent = parent[key]
             if isinstance(parent, dict):
                 key = draw(st.text(min_size=1, max_size=12))
-                parent[key] = parent.pop(path[-1]) if action == "rename" else draw(any_json)
+                parent[key] = parent.pop(path[-1]) if action == "rename" else draw(any_yaml)
     text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
     encoding = "utf-8"
     form = draw(st.sampled_from(["plain", "plain", "laughs", "alias", "duplicate", "nesting", "truncate", "flip",
@@ -356,8 +372,8 @@ def kineto_case(draw: Callable, root: Path, bomb_bytes: tuple[int, int] = (8 << 
     source = sources[draw(st.integers(0, len(sources) - 1))]
     doc = _load(source) if isinstance(source, Path) else copy.deepcopy(source)
     events = doc["traceEvents"]
-    form = draw(st.sampled_from(["field-type", "field-type", "field-delete", "truncate", "flip-json", "flip-gzip",
-                                 "bomb", "trailer", "structure"]))
+    form = draw(st.sampled_from(["field-type", "field-type", "field-delete", "extreme", "extreme", "truncate",
+                                 "flip-json", "flip-gzip", "bomb", "trailer", "structure"]))
     gz = draw(st.booleans())
     path = root / ("trace.json.gz" if gz or form in ("flip-gzip", "bomb", "trailer") else "trace.json")
     label = form
@@ -375,6 +391,16 @@ def kineto_case(draw: Callable, root: Path, bomb_bytes: tuple[int, int] = (8 << 
                 target.pop(key, None)
             else:
                 target[key] = draw(any_json)
+    if form == "extreme":  # valid types, values no profiler writes: the analysis must still not crash
+        for _ in range(draw(st.integers(1, 12))):
+            event = events[draw(st.integers(0, len(events) - 1))]
+            if not isinstance(event, dict):
+                continue
+            name = draw(st.sampled_from(("ts", "dur", "pid", "tid", "args.correlation", "args.stream", "args.graph id")))
+            label += f":{name}"
+            target, key = (event.setdefault("args", {}), name[5:]) if name.startswith("args.") else (event, name)
+            if isinstance(target, dict):
+                target[key] = draw(EXTREME_NUMBERS)
     data = json.dumps(doc).encode()
     if form == "truncate":
         data = data[: draw(st.integers(0, len(data) - 1))]
@@ -499,7 +525,7 @@ def rundir_case(draw: Callable, root: Path, bases: list[Path]) -> Case:
     evidence = evidence_files(run_dir)
     target = evidence[draw(st.integers(0, len(evidence) - 1))]
     form = draw(st.sampled_from(["delete", "truncate", "garbage", "schema-version", "delete-trial", "drop-lines",
-                                 "value", "value", "flip", "flip-any", "results"]))
+                                 "value", "value", "extreme", "extreme", "flip", "flip-any", "results"]))
     damage = form in ("delete", "truncate", "garbage", "schema-version", "delete-trial", "drop-lines")
     label = f"{form}:{target.relative_to(run_dir)}"
     if form == "delete":
@@ -539,7 +565,19 @@ def rundir_case(draw: Callable, root: Path, bases: list[Path]) -> Case:
             _set(doc, paths[draw(st.integers(0, len(paths) - 1))], draw(any_json))
         lines[line] = json.dumps(doc)
         target.write_text("\n".join(lines) + "\n")
-    elif form in ("flip", "value"):
+    elif form == "extreme" and target.suffix in (".json", ".jsonl"):  # numbers of the right type, any size
+        lines = target.read_text().splitlines()
+        for _ in range(draw(st.integers(1, 6))):
+            line = draw(st.integers(0, len(lines) - 1))
+            doc = json.loads(lines[line])
+            numeric = [p for p in _paths(doc) if isinstance(_get(doc, p), (int, float)) and not isinstance(_get(doc, p), bool)]
+            if numeric:
+                path = numeric[draw(st.integers(0, len(numeric) - 1))]
+                _set(doc, path, draw(EXTREME_NUMBERS))
+                label += f":{'.'.join(map(str, path))}"
+            lines[line] = json.dumps(doc)
+        target.write_text("\n".join(lines) + "\n")
+    elif form in ("flip", "value", "extreme"):
         target.write_bytes(flip(target.read_bytes(), rnd, draw(st.integers(1, 8))))
     elif form == "flip-any":
         every = [p for p in run_dir.rglob("*") if p.is_file() and not p.is_symlink()]
@@ -568,7 +606,8 @@ def damage_results(run_dir: Path, rnd: random.Random) -> None:
         return
     doc = json.loads(path.read_text())
     paths = _paths(doc)
-    value = rnd.choice([None, True, -1, 1e308, "x", "<script>", "[/]", [], {}, [1, "a"], {"a": []}])
+    value = rnd.choice([None, True, -1, 0, 1e308, -1e308, 2**70, 0.5, "x", "<script>", "[/]", "$x$", [], {}, [1, "a"],
+                        {"a": []}])
     _set(doc, rnd.choice(paths), value)
     path.write_text(json.dumps(doc))
 
