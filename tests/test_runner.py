@@ -362,6 +362,9 @@ def _launch_records(run_dir: Path) -> list[dict]:
 def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     path = write_scenario(tmp_path, trials={"mode": mode, "repetitions": 4, "launches": 2, "profiled": 1,
                                             "order": "random", "seed": 3})
+    data = yaml.safe_load(path.read_text())
+    data["checks"].append({"name": "tpot", "kind": "tpot_gain"})
+    path.write_text(yaml.safe_dump(data))
     result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
     run_dir = result.run_dir
     assert result.status == "complete", result.error
@@ -399,6 +402,16 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     for pid in pids.values():
         assert process_gone(pid) and group_gone(pid)
     assert not live_server_pids()
+    # the report: blocks marked by launch, the launches next to the blocks, their logs
+    from harness.report import build_report
+    from harness.verdict.rules import write_results
+
+    write_results(run_dir, results)
+    page = build_report(run_dir).html.read_text()
+    assert "<h3>Server launches</h3>" in page and "<h3>Paired differences</h3>" in page
+    assert "marker = launch" in page and "two blocks of one" in page
+    for x in launches:
+        assert f'<a href="{x["dir"]}/server.log">server.log</a>' in page
 
 
 def test_warm_launch_that_exits_at_startup_ends_the_run_and_stops_the_others(tmp_path):
