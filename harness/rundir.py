@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -42,7 +42,9 @@ class RunRecord(_Record):
     aa: bool = False
     status: str = "unknown"
     error: str | None = None
+    mode: Literal["restart", "interleaved", "sequential"] | None = None
     plan: list[dict[str, Any]]
+    launches: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class TrialSummary(_Record):
@@ -62,7 +64,9 @@ class TrialSummary(_Record):
 class TrialRecord(_Record):
     index: Int = 0
     variant: str
+    config: str | None = None
     kind: str
+    launch: str | None = None
     repetition: Int | None = None
     status: str | None = None
     error: str | None = None
@@ -227,6 +231,23 @@ class RunDir:
     @property
     def aa(self) -> bool:
         return bool(self.run.get("aa"))
+
+    @property
+    def mode(self) -> str:
+        """`restart`, `interleaved` or `sequential` (runs before the warm modes: `restart`)."""
+        return str(self.run.get("mode") or "restart")
+
+    @property
+    def warm(self) -> bool:
+        return self.mode != "restart"
+
+    def launch_number(self, launch_dir: str | None) -> int | None:
+        """A launch's number within its arm (sequential mode: its launch pair), from run.json."""
+        for launch in self.run.get("launches") or []:
+            if isinstance(launch, dict) and launch.get("dir") == launch_dir:
+                number = launch.get("number")
+                return number if isinstance(number, int) else None
+        return None
 
     def trials_of(self, variant: str, kind: str, *, ok_only: bool = True) -> list[Trial]:
         return [t for t in self.trials if t.variant == variant and t.kind == kind and (t.ok or not ok_only)]

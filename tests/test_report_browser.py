@@ -28,7 +28,7 @@ CHROMIUM = Path(os.environ.get("HARNESS_CHROMIUM") or "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1280, "height": 800}
-FIGURES = 5  # pattern counts, time per region, TPOT, accept length, timeline
+FIGURES = 6  # pattern counts, time per region, TPOT, paired differences, accept length, timeline
 
 # A tiny scenario of the micro engine (a few seconds per trial on one CPU core): all rule kinds.
 TINY = {

@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.verdict import stats
 from harness.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from harness.rundir import RunDir, Trial, load_run_dir
 from harness.scenario import (
@@ -27,6 +26,7 @@ from harness.scenario import (
     OutputIdentityCheck,
     TpotGainCheck,
 )
+from harness.verdict import stats
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 EXIT_CODES = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
@@ -322,7 +322,14 @@ def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> RuleResult:
             if low < check.min:
                 return _result(check, FAIL, f"{name} accept length {low:.3f} is below the floor {check.min}",
                                numbers, preconditions)
-    decision = stats.equivalence_within(base, cand, rel_tolerance=check.rel_tolerance, confidence=check.confidence)
+    pairs = timed_pairs(run, check.baseline, check.candidate, "accept_length") if run.warm else None
+    if pairs is not None and len(pairs.repetitions) >= 2:
+        # The blocks of a round carry the same prompts; different rounds, different prompts.
+        decision = stats.paired_equivalence_within(pairs.baseline, pairs.candidate,
+                                                   rel_tolerance=check.rel_tolerance, confidence=check.confidence)
+        numbers["pairs"] = len(pairs.repetitions)
+    else:
+        decision = stats.equivalence_within(base, cand, rel_tolerance=check.rel_tolerance, confidence=check.confidence)
     est = decision.estimate
     numbers.update({"ratio": est.ratio, "ci_low": est.ci_low, "ci_high": est.ci_high, "exact": decision.exact,
                     "confidence": check.confidence})
@@ -358,8 +365,17 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
     blocked = _failed_preconditions(preconditions)
     if blocked:
         return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
-    reference_trial = base_trials[0]
-    reference = outputs_by_index(reference_trial)
+    # The reference output of each prompt: its first baseline trial (in the warm modes each block has
+    # its own prompts, so the reference gathers every baseline trial).
+    reference: dict[int, list[int]] = {}
+    reference_trial: dict[int, str] = {}
+    self_differences = 0  # greedy decoding must be deterministic, or a difference means nothing
+    for trial in base_trials:
+        for index, ids in outputs_by_index(trial).items():
+            if index in reference:
+                self_differences += int(ids != reference[index])
+            else:
+                reference[index], reference_trial[index] = ids, trial.name
     compared = identical = 0
     first = None
     for trial in cand_trials:
@@ -375,13 +391,8 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
                     "request_index": index, "position": pos,
                     "baseline_token": reference[index][pos] if pos < len(reference[index]) else None,
                     "candidate_token": ids[pos] if pos < len(ids) else None,
-                    "baseline_trial": reference_trial.name, "candidate_trial": trial.name,
+                    "baseline_trial": reference_trial[index], "candidate_trial": trial.name,
                 }
-    # The baseline against itself: greedy decoding must be deterministic, or a difference means nothing.
-    self_differences = 0
-    for trial in base_trials[1:]:
-        for index, ids in outputs_by_index(trial).items():
-            self_differences += int(index in reference and ids != reference[index])
     fraction = identical / compared if compared else None
     numbers.update({"compared": compared, "identical": identical, "fraction": fraction,
                     "first_difference": first, "baseline_self_differences": self_differences})
@@ -440,16 +451,61 @@ def timed_pairs(run: RunDir, baseline: str, candidate: str, key: str) -> TimedPa
     return TimedPairs(reps, [b[r] for r in reps], [c[r] for r in reps], "; ".join(notes))
 
 
+@dataclass
+class TimedBlocks:
+    """The warm modes' timed samples of two arms with what they are nested in."""
+
+    variant: list[str]
+    launch: list[str]
+    time_block: list[int]  # the round (interleaved) or launch pair (sequential)
+    repetition: list[int]
+    tpot_ms: list[float]
+    note: str
+
+
+def timed_blocks(run: RunDir, baseline: str, candidate: str, key: str = "median_tpot_ms") -> TimedBlocks:
+    rows: list[tuple[str, str, int, int, float]] = []
+    unusable = 0
+    for variant in (baseline, candidate):
+        for trial in run.trials_of(variant, "timed"):
+            value, rep, launch = trial.summary.get(key), trial.info.get("repetition"), trial.info.get("launch")
+            if value is None:
+                continue
+            if not isinstance(rep, int) or not isinstance(launch, str):
+                unusable += 1
+                continue
+            block = rep if run.mode == "interleaved" else run.launch_number(launch)
+            if block is None:
+                unusable += 1
+                continue
+            rows.append((variant, launch, block, rep, float(value)))
+    note = f"{unusable} block(s) without a launch or round" if unusable else ""
+    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
+    return TimedBlocks(*[list(c) for c in cols], note=note)  # type: ignore[arg-type]
+
+
 def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-    """The TPOT gain decision: paired by repetition when >= MIN_PAIRS complete pairs exist, else
-    unpaired (with the reason saying so). Returns (decision, numbers about the data and the mode)."""
+    """The TPOT gain decision. Warm modes: the mixed model of blocks nested in launches. Restart
+    mode: paired by repetition when >= MIN_PAIRS complete pairs exist, else unpaired (with the reason
+    saying so). Returns (decision, numbers about the data and the mode)."""
     base = timed_values(run, baseline, "median_tpot_ms")
     cand = timed_values(run, candidate, "median_tpot_ms")
     pairs = timed_pairs(run, baseline, candidate, "median_tpot_ms")
     n = len(pairs.repetitions)
     numbers: dict[str, Any] = {"baseline_ms": base, "candidate_ms": cand, "pairs": n, "paired": False,
-                               "pair_repetitions": pairs.repetitions, "pair_ratios": [
+                               "mode": run.mode, "pair_repetitions": pairs.repetitions, "pair_ratios": [
                                    c / b if b > 0 else None for b, c in zip(pairs.baseline, pairs.candidate)]}
+    if run.warm:
+        blocks = timed_blocks(run, baseline, candidate)
+        nested_kwargs = {k: v for k, v in kwargs.items() if k not in ("resamples", "seed")}
+        decision, fit = stats.nested_tpot_gain_decision(
+            blocks.tpot_ms, [v == candidate for v in blocks.variant], blocks.launch, blocks.time_block, **nested_kwargs)
+        numbers["nested"] = fit.to_dict()
+        numbers["blocks"] = [{"variant": v, "launch": lch, "round": r, "tpot_ms": x}
+                             for v, lch, r, x in zip(blocks.variant, blocks.launch, blocks.repetition, blocks.tpot_ms)]
+        if blocks.note:
+            decision = _with_reason(decision, f"{decision.reason} ({blocks.note})")
+        return decision, numbers
     if n >= stats.MIN_PAIRS:
         paired_kwargs = {k: v for k, v in kwargs.items() if k not in ("resamples", "seed")}
         decision = stats.paired_tpot_gain_decision(pairs.baseline, pairs.candidate, **paired_kwargs)
@@ -465,6 +521,31 @@ def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) ->
     return decision, numbers
 
 
+def _tpot_preconditions(run: RunDir, numbers: dict[str, Any], baseline: str, candidate: str) -> list[Precondition]:
+    if numbers.get("nested") is not None:
+        fit = numbers["nested"]
+        launches = fit.get("n_launches") or {}
+        fewest = min(launches.values()) if launches else 0
+        return [
+            Precondition("launches per arm", fewest >= stats.MIN_LAUNCHES,
+                         f"{launches.get('baseline', 0)} baseline and {launches.get('candidate', 0)} candidate launches "
+                         f"with blocks (at least {stats.MIN_LAUNCHES} per arm: with one, a launch-to-launch difference "
+                         "cannot be told from the change)"),
+            Precondition("rounds", fit.get("n_time_blocks", 0) >= stats.MIN_PAIRS,
+                         f"{fit.get('n_time_blocks', 0)} rounds or launch pairs with blocks "
+                         f"(at least {stats.MIN_PAIRS} needed for a verdict)"
+                         if run.mode == "interleaved" else f"{fit.get('n_blocks', 0)} blocks"),
+        ]
+    if numbers["paired"]:
+        n = numbers["pairs"]
+        return [Precondition("complete repetition pairs", n >= stats.MIN_PAIRS,
+                             f"{n} repetition(s) with an ok timed trial of both arms "
+                             f"(at least {stats.MIN_PAIRS} needed for a paired verdict)")]
+    return [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS,
+                         f"{len(v)} trial(s) with a TPOT (at least {stats.MIN_TRIALS} needed for a verdict)")
+            for name, v in ((baseline, numbers["baseline_ms"]), (candidate, numbers["candidate_ms"]))]
+
+
 def _with_reason(decision: Any, reason: str) -> Any:
     return dataclasses.replace(decision, reason=reason)
 
@@ -474,7 +555,6 @@ def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck) -> RuleResult:
                                        confidence=check.confidence, alpha=check.alpha,
                                        resamples=check.resamples, seed=check.seed)
     est = decision.estimate
-    base, cand = numbers["baseline_ms"], numbers["candidate_ms"]
     numbers.update({
         "ratio": est.ratio, "ci_low": est.ci_low,
         "ci_high": est.ci_high, "confidence": est.confidence, "gain": decision.gain, "p_value": decision.p_value,
@@ -482,15 +562,7 @@ def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck) -> RuleResult:
         "gain_needed_to_pass": decision.gain_needed_to_pass, "fail_kind": decision.fail_kind,
         "reliable": est.reliable, "method": est.method, "statistic": est.statistic,
     })
-    if numbers["paired"]:
-        n = numbers["pairs"]
-        preconditions = [Precondition("complete repetition pairs", n >= stats.MIN_PAIRS,
-                                      f"{n} repetition(s) with an ok timed trial of both arms "
-                                      f"(at least {stats.MIN_PAIRS} needed for a paired verdict)")]
-    else:
-        preconditions = [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS,
-                                      f"{len(v)} trial(s) with a TPOT (at least {stats.MIN_TRIALS} needed for a verdict)")
-                         for name, v in ((check.baseline, base), (check.candidate, cand))]
+    preconditions = _tpot_preconditions(run, numbers, check.baseline, check.candidate)
     return _result(check, decision.verdict, decision.reason, numbers, preconditions)
 
 
@@ -564,6 +636,10 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
     min_gain = tpot_rules[0].min_gain if tpot_rules else 0.01
     decision, data = _tpot_decision(run, "baseline", "candidate", min_gain=min_gain)
     a, b = data["baseline_ms"], data["candidate_ms"]
+    check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
+                          description="A/A: the TPOT rule on two arms of the same variant")
+    if data.get("nested") is not None:
+        return _aa_nested(run, check, decision, data)
     if data["paired"]:
         pairs = timed_pairs(run, "baseline", "candidate", "median_tpot_ms")
         floor = stats.noise_floor(pairs.baseline, pairs.candidate, min_gain=min_gain, paired=True)
@@ -572,8 +648,6 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
     floor_d = floor.to_dict()
     numbers = {"a_ms": a, "b_ms": b, "decision": decision.to_dict(), "noise": floor_d, "min_gain": min_gain,
                "paired": data["paired"], "pairs": data["pairs"], "pair_ratios": data["pair_ratios"]}
-    check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
-                          description="A/A: the TPOT rule on two arms of the same variant")
     # With min_gain > 0, "gain below min_gain" is the right answer on A/A data; only a PASS or a
     # "slower" FAIL is false.
     if decision.verdict == PASS or decision.fail_kind == "slower":
@@ -584,6 +658,31 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
                           f"too few timed trials ({len(a)} and {len(b)})", _params(check), numbers)
     n = data["pairs"] if data["paired"] else len(a)
     return RuleResult(check.name, "aa_noise", check.description, PASS, _aa_summary(floor_d, min_gain, n),
+                      _params(check), numbers)
+
+
+def _aa_nested(run: RunDir, check: TpotGainCheck, decision: Any, data: dict[str, Any]) -> RuleResult:
+    """A/A in a warm mode: the nested model's verdict must be neither PASS nor FAIL "slower"; the
+    spreads it found (launch to launch, block to block) and the smallest detectable gain are the
+    noise floor."""
+    fit = data["nested"]
+    numbers = {"a_ms": data["baseline_ms"], "b_ms": data["candidate_ms"], "decision": decision.to_dict(),
+               "min_gain": check.min_gain, "mode": data["mode"], "nested": fit, "blocks": data["blocks"],
+               "pairs": data["pairs"], "pair_ratios": data["pair_ratios"], "paired": False}
+    if decision.verdict == PASS or decision.fail_kind == "slower":
+        return RuleResult(check.name, "aa_noise", check.description, FAIL,
+                          f"false {decision.verdict} on A/A data: {decision.reason}", _params(check), numbers)
+    if not decision.estimate.reliable:
+        return RuleResult(check.name, "aa_noise", check.description, INCONCLUSIVE, decision.reason,
+                          _params(check), numbers)
+    parts = [f"{fit['n_blocks']} blocks in {sum((fit.get('n_launches') or {}).values())} launches",
+             f"block-to-block sd {fit['sd_block']:.2%}"]
+    if fit.get("sd_launch") is not None:
+        parts.append(f"launch-to-launch sd {fit['sd_launch']:.2%} (F test p={fit['launch_p']:.2g}"
+                     f"{', pooled' if fit.get('pooled') else ''})")
+    if decision.mde is not None:
+        parts.append(f"smallest detectable gain {decision.mde:.2%}")
+    return RuleResult(check.name, "aa_noise", check.description, PASS, "no false verdict; " + "; ".join(parts),
                       _params(check), numbers)
 
 
