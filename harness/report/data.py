@@ -304,10 +304,13 @@ def load_report_data(run_dir: Path) -> ReportData:
     for entry in run.get("launches") or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
             continue
+        if not inside(run_dir, run_dir / entry["dir"]) or (run_dir / entry["dir"]).resolve() == run_dir.resolve():
+            notes.append(f"run.json names a launch directory outside the run directory ({entry['dir'][:80]}): ignored.")
+            continue
         record = _read_json(run_dir / entry["dir"] / "launch.json", notes, f"launch {entry['dir']} is not described")
         launch = {**entry, **(record if isinstance(record, dict) else {})}
         log = run_dir / entry["dir"] / "server.log"
-        launch["server_log"] = log if log.exists() else None
+        launch["server_log"] = log if log.is_file() and inside(run_dir / entry["dir"], log) else None
         launches.append(launch)
         if launch.get("status") == "failed":
             notes.append(f"Server launch {entry['dir']} failed: {launch.get('error') or 'no error recorded'}.")
