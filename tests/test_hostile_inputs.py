@@ -29,28 +29,28 @@ def _judge(case: hostile.Case) -> None:
         assert not found, f"{case.kind} {case.label}: harness {' '.join(step.argv)}: {found}"
 
 
-@settings(max_examples=25, **SETTINGS)
+@settings(max_examples=15, **SETTINGS)
 @given(data=st.data())
 def test_fuzzed_scenarios(data):
     with tempfile.TemporaryDirectory() as tmp:
         _judge(data.draw(hostile.scenario_case(Path(tmp))))
 
 
-@settings(max_examples=25, **SETTINGS)
+@settings(max_examples=15, **SETTINGS)
 @given(data=st.data())
 def test_fuzzed_kineto_traces(data, monkeypatch_module):
     with tempfile.TemporaryDirectory() as tmp:
         _judge(data.draw(hostile.kineto_case(Path(tmp), bomb_bytes=(4 << 20, 24 << 20))))
 
 
-@settings(max_examples=15, **SETTINGS)
+@settings(max_examples=10, **SETTINGS)
 @given(data=st.data())
 def test_fuzzed_nsys_exports(data):
     with tempfile.TemporaryDirectory() as tmp:
         _judge(data.draw(hostile.nsys_case(Path(tmp))))
 
 
-@settings(max_examples=15, **SETTINGS)
+@settings(max_examples=10, **SETTINGS)
 @given(data=st.data())
 def test_fuzzed_run_directories(data, base_runs):
     with tempfile.TemporaryDirectory() as tmp:
