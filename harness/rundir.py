@@ -29,7 +29,10 @@ REQUEST_COLUMNS = [
 MAX_JSON_BYTES = 256 << 20  # a run's JSON records are KB to a few MB
 
 Int = Annotated[int, Field(strict=True)]
-Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+# Counts, times (ms, s) and rates the harness measures: never negative, never astronomically large
+# (a TPOT of 1e308 ms would overflow the statistics; 1e12 is 30 years in ms).
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1e12)]
+Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1e12)]
 
 
 class _Record(BaseModel):
@@ -52,9 +55,9 @@ class TrialSummary(_Record):
     errors: Number | None = None
     completion_tokens: Number | None = None
     spec_verify_ct: Number | None = None
-    accept_length: Number | None = None
-    median_tpot_ms: Number | None = None
-    mean_tpot_ms: Number | None = None
+    accept_length: Positive | None = None
+    median_tpot_ms: Positive | None = None
+    mean_tpot_ms: Positive | None = None
     median_ttft_ms: Number | None = None
     median_itl_ms: Number | None = None
     output_throughput_tok_s: Number | None = None
@@ -92,11 +95,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return value
+
+
 def _parse(text: str | bytes) -> Any:
-    """JSON without NaN/Infinity (Python's json takes them; a NaN TPOT would compare false with
-    every bound) and without nesting deep enough to exhaust the stack."""
+    """JSON without NaN/Infinity, written or implied (`1e999`): Python's json takes them, and a NaN
+    TPOT would compare false with every bound; nor nesting deep enough to exhaust the stack."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 

@@ -235,3 +235,24 @@ def test_a_wrongly_typed_summary_is_one_line(run_copy, capsys):
     info["summary"]["median_tpot_ms"] = "fast"
     trial.write_text(json.dumps(info))
     _one_line(capsys, main(["check", str(run_copy)]), "trial.json: summary.median_tpot_ms: Input should be a valid number")
+
+
+def test_an_astronomical_number_is_one_line_not_an_overflow(run_copy, capsys):
+    """Found by benchmarks/fuzz_inputs.py: an accept length of 1.8e308 overflowed the statistics."""
+    trial = run_copy / "trials" / "01-baseline-timed" / "trial.json"
+    info = json.loads(trial.read_text())
+    info["summary"]["accept_length"] = 1.7976931348623157e308
+    trial.write_text(json.dumps(info))
+    _one_line(capsys, main(["check", str(run_copy)]), "summary.accept_length: Input should be less than or equal to")
+    info["summary"]["accept_length"] = 2.5
+    trial.write_text(json.dumps(info))
+    analysis = run_copy / "analysis.json"
+    analysis.write_text(analysis.read_text().replace('"time_us": 400.0', '"time_us": 1e999', 1))
+    _one_line(capsys, main(["check", str(run_copy)]), "analysis.json: not valid JSON (1e999 is out of range for a number)")
+
+
+def test_an_engine_error_names_the_scenario_file(tmp_path, capsys):
+    """Found by benchmarks/fuzz_inputs.py: engine checks said `scenario NAME:`, not the file."""
+    path = tmp_path / "no_model.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "engine": "sglang", "variants": {"baseline": {}, "candidate": {}}}))
+    _one_line(capsys, main(["run", str(path), "--dry-run"]), f"harness run: {path}: server.model_path: required")

@@ -7,9 +7,11 @@ trial failed (nothing can be concluded from half a run); 130 on Ctrl-C; 2 for ba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +229,20 @@ def evaluate_run_dir(run_dir: Path) -> int:
 # ---- the command --------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _naming_the_file(path: Path, name: str) -> Iterator[None]:
+    """Engines say `scenario NAME: where: what` (they do not know the file): name the file instead."""
+    from harness.errors import HarnessInputError
+
+    try:
+        yield
+    except HarnessInputError as exc:
+        prefix = f"scenario {name}: "
+        if not str(exc).startswith(prefix):
+            raise
+        raise HarnessInputError(f"{path}: {str(exc)[len(prefix):]}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.errors import EXIT_PASS
     from harness.run.execute import run_scenario
@@ -240,13 +256,15 @@ def run(args: argparse.Namespace) -> int:
         )
 
     if args.dry_run:
-        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
+        with _naming_the_file(scenario_path, scenario.name):
+            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
         print_plan(scenario, result, aa=args.aa)
         return EXIT_PASS
 
     progress, stop_progress = _make_progress(_use_rich(args))
     try:
-        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress)
+        with _naming_the_file(scenario_path, scenario.name):
+            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress)
     finally:
         if stop_progress is not None:
             stop_progress()
