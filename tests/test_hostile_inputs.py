@@ -256,3 +256,20 @@ def test_an_engine_error_names_the_scenario_file(tmp_path, capsys):
     path = tmp_path / "no_model.yaml"
     path.write_text(yaml.safe_dump({"name": "s", "engine": "sglang", "variants": {"baseline": {}, "candidate": {}}}))
     _one_line(capsys, main(["run", str(path), "--dry-run"]), f"harness run: {path}: server.model_path: required")
+
+
+def test_the_report_of_astronomical_numbers_draws_or_notes(base_runs, tmp_path):
+    """Found by benchmarks/fuzz_inputs.py: an accept length of 1.8e308 made matplotlib's axis infinite."""
+    run = tmp_path / "runs" / base_runs[1].name
+    shutil.copytree(base_runs[1], run)
+    for trial_json in sorted(run.glob("trials/*-timed/trial.json"))[:2]:
+        info = json.loads(trial_json.read_text())
+        info["summary"].update(accept_length=1.7976931348623157e308, median_tpot_ms=-1e300)
+        trial_json.write_text(json.dumps(info))
+    results = json.loads((run / "results.json").read_text())
+    for rule in results["rules"]:
+        rule["numbers"] = {"ratio": 1e308, "ci_low": -1e308, "ci_high": 2**1100, "baseline_ms": [1e308], "candidate_ms": [0]}
+    (run / "results.json").write_text(json.dumps(results))
+    assert main(["report", str(run)]) == 0
+    page = (run / "index.html").read_text()
+    assert page.count("<svg") >= 3  # the figures that still have sane numbers are drawn

@@ -7,6 +7,7 @@ directory at all (no run.json, no results.json, no trials) is bad input.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,19 @@ from harness.errors import HarnessInputError
 from harness.rundir import SCHEMA_VERSION, inside, read_json
 
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
+# Beyond this a number from a file is damage, not a measurement: figures cannot scale to it.
+MAX_PLOTTED = 1e12
+
+
+def plottable(value: Any) -> float | None:
+    """A number from a file as a float that a figure or a sum can take (finite, not huge), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range
+        return None
+    return number if math.isfinite(number) and abs(number) <= MAX_PLOTTED else None
 
 
 @dataclass
@@ -42,8 +56,7 @@ class TrialRecord:
         return self.status == "ok"
 
     def number(self, key: str) -> float | None:
-        value = self.summary.get(key)
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return plottable(self.summary.get(key))
 
 
 @dataclass
