@@ -158,3 +158,15 @@ def test_flags_the_engine_sets_are_refused_in_args(flag, tmp_path):
     scenario = _scenario(model_path="/models/m", args={flag: "x"})
     with pytest.raises(HarnessInputError, match=rf"server.args: {re.escape(flag)} is set by"):
         build_command(scenario, "candidate", host="127.0.0.1", port=1, profile_dir=tmp_path)
+
+
+def test_restore_patch_with_multi_layer_eagle_is_refused_before_starting(tmp_path):
+    scenario = scenario_from_dict({
+        "name": "s", "engine": "sglang",
+        "server": {"model_path": "/models/m", "args": {"--enable-multi-layer-eagle": True}},
+        "variants": {"baseline": {"patches": [RESTORE_TOPK1_SOFTMAX_PATCH]}, "candidate": {}},
+    })
+    build_command(scenario, "candidate", host="127.0.0.1", port=1, profile_dir=tmp_path)  # no patch: fine
+    with pytest.raises(HarnessInputError, match=r"variants.baseline: patch harness.patches.sglang_restore_topk1_softmax "
+                                                r"cannot be combined with --enable-multi-layer-eagle: .*MultiLayerEagleWorkerV2"):
+        build_command(scenario, "baseline", host="127.0.0.1", port=1, profile_dir=tmp_path)
