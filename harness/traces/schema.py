@@ -59,6 +59,19 @@ class RegionCounts(_Model):
     counts: dict[str, CountRow]
 
 
+class RegionTime(_Model):
+    """A region's time in one trace: on a GPU trace the summed duration of the GPU ops it ran (graph
+    replays and eager work in its spans, whatever their names: replacement kernels count too); on a
+    CPU trace the wall time of its spans (CPU ops nest, so their durations would count twice;
+    nested or overlapping spans of one thread count once). `instances`: its graph launches when it
+    has any, else its spans (one target verify per EAGLE cycle)."""
+
+    unit: Unit
+    instances: int
+    time_us: float
+    basis: Literal["gpu_ops", "span_wall"]
+
+
 class PatternTotal(_Model):
     """One count pattern over the whole trace, by where the matches ran."""
 
@@ -116,6 +129,7 @@ class FileAnalysis(_Model):
     counts: list[CountRow]  # every (region, unit, pattern) row
     pattern_totals: list[PatternTotal]
     top_ops: list[TopOp]  # per region and unit, the 10 names with the most time
+    region_times: dict[str, RegionTime] = {}  # region -> its time (empty in documents written before it)
 
 
 class CombinedAnalysis(_Model):
