@@ -68,6 +68,7 @@ MEMBERS = (
     "sglang/srt/utils/msgspec_utils.py",
     "sglang/srt/managers/io_struct.py",
     "sglang/srt/entrypoints/http_server.py",
+    "sglang/test/server_fixtures/dsa_mtp_fixture.py",
 )
 
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
@@ -114,7 +115,9 @@ def source_root() -> Path:
     """The directory holding the extracted `sglang/...` files (downloading the wheel if needed)."""
     root = cache_dir() / f"sglang-{SGLANG_VERSION}-src"
     done = root / ".complete"
-    if done.is_file() and done.read_text().strip() == WHEEL_SHA256:
+    # the wheel's digest and the member list: a tree extracted for another list is extracted again
+    marker = f"{WHEEL_SHA256} {hashlib.sha256(' '.join(MEMBERS).encode()).hexdigest()[:16]}"
+    if done.is_file() and done.read_text().strip() == marker:
         return root
     wheel_env = os.environ.get(WHEEL_ENV)
     with tempfile.TemporaryDirectory(prefix="sglang-wheel-", dir=_mkdir(cache_dir())) as tmp:
@@ -128,13 +131,13 @@ def source_root() -> Path:
                 target = staging / member
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(archive.read(member))
-        (staging / ".complete").write_text(WHEEL_SHA256 + "\n")
+        (staging / ".complete").write_text(marker + "\n")
         if root.exists():  # an older or half-written tree: replace it
             shutil.rmtree(root, ignore_errors=True)
         try:
             staging.rename(root)
         except OSError:
-            if not (done.is_file() and done.read_text().strip() == WHEEL_SHA256):
+            if not (done.is_file() and done.read_text().strip() == marker):
                 raise  # not a concurrent download that finished first
     return root
 
