@@ -228,6 +228,23 @@ def test_explained_gain_passes_inside_its_bounds_and_fails_outside(tmp_path):
     assert r.verdict == "FAIL" and "ratio 0.05 < 0.5: the profiles' saving does not reach TPOT" in r.reason
 
 
+def test_explained_gain_scales_away_a_slower_profiled_machine(tmp_path):
+    # The candidate's profiled trial ran on a machine 1.5x slower: every region, the untouched
+    # target verify too. Scaled by TARGET_VERIFY the saving is the real one; unscaled it is not.
+    base = Arm(tpot_ms=noisy(10.0), profile=[file_facts(softmax_per_replay=2, region_us={
+        "DRAFT_DECODE": 2500.0, "DRAFT_EXTEND": 1300.0, "TARGET_VERIFY": 2000.0})])
+    cand = Arm(tpot_ms=noisy(9.0), profile=[file_facts(softmax_per_replay=0, region_us={
+        "DRAFT_DECODE": 1500.0 * 1.5, "DRAFT_EXTEND": 1300.0 * 1.5, "TARGET_VERIFY": 2000.0 * 1.5})])
+    _, rules = rules_by_name(write_run_dir(tmp_path / "scaled", base, cand))
+    n = rules["explained"].numbers
+    assert n["candidate_scale"] == pytest.approx(2 / 3)
+    assert n["saving_us_per_cycle"] == pytest.approx(1000.0)
+    assert "candidate scaled x0.667 by TARGET_VERIFY" in rules["explained"].reason
+    _, rules = rules_by_name(write_run_dir(tmp_path / "unscaled", base, cand,
+                                           scenario=_with_explained_bounds(reference_region=None)))
+    assert rules["explained"].numbers["saving_us_per_cycle"] == pytest.approx(2500 + 1300 - 1.5 * (1500 + 1300))
+
+
 def test_explained_gain_without_region_times_is_inconclusive(tmp_path):
     base, cand = good_arms()
     for facts in cand.profile:

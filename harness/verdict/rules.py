@@ -529,6 +529,7 @@ class RegionTimes:
 
 
 def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> RegionTimes:
+    regions = list(dict.fromkeys(regions))
     totals = {r: 0.0 for r in regions}
     seen: set[str] = set()
     cycles = files = without = 0
@@ -564,8 +565,9 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
     base_t = timed_values(run, check.baseline, "median_tpot_ms")
     cand_t = timed_values(run, check.candidate, "median_tpot_ms")
     accept = timed_values(run, check.baseline, "accept_length")
-    base = region_times_per_cycle(run, check.baseline, check.regions)
-    cand = region_times_per_cycle(run, check.candidate, check.regions)
+    reference = [check.reference_region] if check.reference_region else []
+    base = region_times_per_cycle(run, check.baseline, [*check.regions, *reference])
+    cand = region_times_per_cycle(run, check.candidate, [*check.regions, *reference])
     preconditions = [
         Precondition("timed trials in both variants", bool(base_t) and bool(cand_t), f"{len(base_t)} and {len(cand_t)}"),
         Precondition(f"{check.baseline}: accept length", bool(accept), "needed to turn time per cycle into time per token"),
@@ -578,8 +580,11 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
             Precondition(f"{name}: cycles in the profile", times.cycles > 0,
                          f"{times.cycles} target verifies (one per EAGLE cycle)"),
             Precondition(f"{name}: every region of the rule in the profile", not times.missing,
-                         f"missing: {', '.join(times.missing)}" if times.missing else f"{', '.join(check.regions)}"),
+                         f"missing: {', '.join(times.missing)}" if times.missing else f"{', '.join(check.regions + reference)}"),
         ]
+        if reference and not times.missing:
+            preconditions.append(Precondition(f"{name}: reference region {reference[0]} took time",
+                                              times.per_cycle_us.get(reference[0], 0.0) > 0, "0 us per cycle"))
     preconditions.append(Precondition(
         "both variants timed the same way", len(base.basis | cand.basis) <= 1,
         f"bases {sorted(base.basis)} and {sorted(cand.basis)} (GPU op time vs span wall time)"))
@@ -589,8 +594,12 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
         return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
     measured = float(np.median(base_t) - np.median(cand_t))
     tokens_per_cycle = float(np.median(accept))
-    regions = {r: {"baseline_us_per_cycle": base.per_cycle_us[r], "candidate_us_per_cycle": cand.per_cycle_us[r],
-                   "saving_us_per_cycle": base.per_cycle_us[r] - cand.per_cycle_us[r]} for r in check.regions}
+    # The candidate's times on the baseline's scale: the reference region ran the same code in both,
+    # so any difference there is the machine (load, clocks) during the two profiled trials.
+    scale = base.per_cycle_us[reference[0]] / cand.per_cycle_us[reference[0]] if reference else 1.0
+    regions = {r: {"baseline_us_per_cycle": base.per_cycle_us[r], "candidate_us_per_cycle": cand.per_cycle_us[r] * scale,
+                   "saving_us_per_cycle": base.per_cycle_us[r] - cand.per_cycle_us[r] * scale}
+               for r in dict.fromkeys(check.regions)}
     saving_us = sum(r["saving_us_per_cycle"] for r in regions.values())
     predicted = saving_us / tokens_per_cycle / 1000.0
     ratio = measured / predicted if predicted > 0 else None
@@ -601,11 +610,13 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
                "saving_us_per_cycle": saving_us, "tokens_per_cycle": tokens_per_cycle, "regions": regions,
                "pattern_removed_us_per_cycle": pattern_removed, "basis": sorted(base.basis | cand.basis),
                "profiled_cycles": {"baseline": base.cycles, "candidate": cand.cycles},
+               "reference_region": check.reference_region, "candidate_scale": scale,
                "min_ratio": check.min_ratio, "max_ratio": check.max_ratio}
     per_region = ", ".join(f"{r} {v['saving_us_per_cycle']:+.1f}" for r, v in regions.items())
     of_pattern = f"; {check.pattern} alone {pattern_removed:.1f} us" if pattern_removed is not None else ""
+    scaled = f"; candidate scaled x{scale:.3f} by {reference[0]}" if reference else ""
     summary = (f"measured TPOT saving {measured * 1000:.1f} us/token; the profiles predict {predicted * 1000:.1f} "
-               f"us/token ({saving_us:.1f} us less per cycle in the regions [{per_region}]{of_pattern} / "
+               f"us/token ({saving_us:.1f} us less per cycle in the regions [{per_region}]{of_pattern}{scaled} / "
                f"{tokens_per_cycle:.2f} tokens)")
     if predicted <= 0:
         return _result(check, INCONCLUSIVE, f"{summary}: the regions are not faster in the candidate, so there is "
