@@ -36,8 +36,8 @@ EXIT_CODES = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 # Rule kinds whose bounds are all optional: kind -> the bound fields. Kinds not listed always have
 # a bound (a required one, or a default that can fail).
 OPTIONAL_BOUNDS: dict[str, tuple[str, ...]] = {"explained_gain": ("min_ratio", "max_ratio")}
-# The region whose units count EAGLE cycles (one verify per cycle); draft decode as a fallback.
-CYCLE_REGIONS = ("TARGET_VERIFY", "DRAFT_DECODE")
+# The region whose instances count EAGLE cycles: one target verify per cycle.
+CYCLE_REGION = "TARGET_VERIFY"
 
 
 @dataclass
@@ -511,7 +511,7 @@ def _pattern_time_per_cycle(run: RunDir, variant: str, pattern: str, regions: li
                 continue
             for region in regions:
                 time_us += float((region_pattern_counts(facts, region, pattern) or {}).get("time_us") or 0.0)
-            cycles += int(((facts.get("region_times") or {}).get("TARGET_VERIFY") or {}).get("instances") or 0)
+            cycles += int(((facts.get("region_times") or {}).get(CYCLE_REGION) or {}).get("instances") or 0)
     return time_us / cycles if cycles else None
 
 
@@ -543,7 +543,7 @@ def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> Reg
             if not times:
                 without += 1
                 continue
-            verify = times.get("TARGET_VERIFY") or {}
+            verify = times.get(CYCLE_REGION) or {}
             if not verify.get("instances"):
                 continue
             cycles += int(verify["instances"])
