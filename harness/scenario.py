@@ -253,6 +253,7 @@ class TpotGainCheck(_Comparison):
 class ExplainedGainCheck(_Comparison):
     kind: Literal["explained_gain"]
     pattern: str = "softmax"
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="of the TPOT interval the ratio's interval comes from")
     regions: list[str] = Field(default_factory=lambda: ["DRAFT_DECODE", "DRAFT_EXTEND"])
     reference_region: str | None = Field(
         "TARGET_VERIFY",

@@ -221,11 +221,25 @@ def test_explained_gain_passes_inside_its_bounds_and_fails_outside(tmp_path):
     assert results.verdict == "FAIL"
     # and a TPOT gain far below what the profiles promise (a broken timing, or a cost elsewhere)
     base, cand = _arms_with_region_times(candidate_decode_us=0.0)
-    base.tpot_ms, cand.tpot_ms = [10.0] * 6, [9.95] * 6
+    base.tpot_ms, cand.tpot_ms = noisy(10.0, cv=0.001), noisy(9.95, cv=0.001)
     run = write_run_dir(tmp_path / "low", base, cand, scenario=_with_explained_bounds(min_ratio=0.5))
     _, rules = rules_by_name(run)
     r = rules["explained"]
-    assert r.verdict == "FAIL" and "ratio 0.05 < 0.5: the profiles' saving does not reach TPOT" in r.reason
+    lo, hi = r.numbers["ratio_ci"]
+    assert 0 < lo < r.numbers["ratio"] < hi < 0.5
+    assert r.verdict == "FAIL" and "< 0.5: the profiles' saving does not reach TPOT" in r.reason
+
+
+def test_explained_gain_is_inconclusive_when_the_tpot_interval_straddles_a_bound(tmp_path):
+    # A real saving, but TPOT so noisy that the ratio's interval reaches both sides of the bound.
+    base, cand = _arms_with_region_times(candidate_decode_us=0.0)
+    base.tpot_ms, cand.tpot_ms = noisy(10.0, cv=0.15), noisy(9.0, cv=0.15)
+    run = write_run_dir(tmp_path, base, cand, scenario=_with_explained_bounds(min_ratio=0.5, max_ratio=2.0))
+    _, rules = rules_by_name(run)
+    r = rules["explained"]
+    lo, hi = r.numbers["ratio_ci"]
+    assert lo < 0.5 or hi > 2.0
+    assert r.verdict == "INCONCLUSIVE" and "the interval straddles >= 0.5 and <= 2.0" in r.reason
 
 
 def test_explained_gain_scales_away_a_slower_profiled_machine(tmp_path):
@@ -243,6 +257,15 @@ def test_explained_gain_scales_away_a_slower_profiled_machine(tmp_path):
     _, rules = rules_by_name(write_run_dir(tmp_path / "unscaled", base, cand,
                                            scenario=_with_explained_bounds(reference_region=None)))
     assert rules["explained"].numbers["saving_us_per_cycle"] == pytest.approx(2500 + 1300 - 1.5 * (1500 + 1300))
+
+
+def test_explained_gain_uses_the_robust_region_time(tmp_path):
+    # On a CPU trace one cycle caught by another process inflates the total; the analysis also
+    # gives a median-based total, which the rule prefers.
+    base, cand = good_arms()
+    cand.profile[0]["region_times"]["DRAFT_DECODE"].update(time_us=9000.0 * 10, robust_time_us=500.0 * 10)
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["explained"].numbers["regions"]["DRAFT_DECODE"]["candidate_us_per_cycle"] == pytest.approx(500.0)
 
 
 def test_explained_gain_without_region_times_is_inconclusive(tmp_path):

@@ -125,6 +125,8 @@ def test_region_time_on_cpu_is_the_wall_time_of_its_spans(recorded):
         t = times[region]
         assert (t.unit, t.instances, t.basis) == ("span", CYCLES, "span_wall")
         assert t.time_us == pytest.approx(sum(float(e["dur"]) for e in spans), abs=0.01)
+        durations = sorted(float(e["dur"]) for e in spans)
+        assert t.robust_time_us == pytest.approx(durations[CYCLES // 2] * CYCLES, abs=0.01)  # median x count
 
 
 def test_nested_spans_of_one_region_count_once(tmp_path):
@@ -147,6 +149,8 @@ def test_nested_spans_of_one_region_count_once(tmp_path):
         for o in spans)]
     assert len(spans) == 4 and len(outer) == 2 and decode.instances == 4  # both spans of a cycle are units ...
     assert decode.time_us == pytest.approx(sum(float(e["dur"]) for e in outer), abs=0.01)  # ... timed once
+    outer_durations = sorted(float(e["dur"]) for e in outer)
+    assert decode.robust_time_us == pytest.approx(sum(outer_durations) / 2 * 2, abs=0.01)  # median of 2 x 2
 
 
 def test_fast_path_has_no_softmax_in_draft_regions_but_argmax(recorded):

@@ -199,24 +199,32 @@ def region_times(attribution: Attribution, items: Items, table: RegionTable) -> 
             continue
         unit, instances = ("graph_launch", n_graph) if n_graph else ("span", int(region_spans.sum()))
         if items.subject == "gpu_ops":
-            time_us, basis = float(dur[in_unit & (op_region == region)].sum()), "gpu_ops"
+            time_us = robust = float(dur[in_unit & (op_region == region)].sum())
+            basis = "gpu_ops"
         else:
-            time_us, basis = _wall_time(spans[region_spans]), "span_wall"
-        out[region] = RegionTime(unit=unit, instances=instances, time_us=round(time_us, 3), basis=basis)
+            time_us, outermost = _wall_time(spans[region_spans])
+            robust, basis = float(np.median(outermost)) * len(outermost), "span_wall"
+        out[region] = RegionTime(unit=unit, instances=instances, time_us=round(time_us, 3), basis=basis,
+                                 robust_time_us=round(robust, 3))
     return out
 
 
-def _wall_time(spans: pd.DataFrame) -> float:
-    """Summed duration of the spans, counting time covered by several spans of one thread once."""
-    total = 0.0
+def _wall_time(spans: pd.DataFrame) -> tuple[float, list[float]]:
+    """Summed duration of the spans, counting time covered by several spans of one thread once;
+    and the durations of the outermost spans (those inside no other span of the set)."""
+    total, outermost = 0.0, []
     for _, group in spans.groupby(["pid", "tid"], sort=False):
         end = -np.inf
-        for start, stop in sorted(zip(group["ts"].to_numpy(), (group["ts"] + group["dur"]).to_numpy())):
+        # by start, the longer first: a span that starts with another one but ends earlier is inside it
+        for start, stop in sorted(zip(group["ts"].to_numpy(), (group["ts"] + group["dur"]).to_numpy()),
+                                  key=lambda span: (span[0], -span[1])):
             if stop <= end:
                 continue
+            if start >= end:
+                outermost.append(stop - start)
             total += stop - max(start, end)
             end = stop
-    return total
+    return total, outermost
 
 
 def validity(trace: TraceTables, attribution: Attribution, items: Items, table: RegionTable) -> Validity:

@@ -70,6 +70,9 @@ class RegionTime(_Model):
     instances: int
     time_us: float
     basis: Literal["gpu_ops", "span_wall"]
+    # time_us without the outliers a busy CPU puts into wall time: on span_wall the median wall
+    # time of one (outermost) span times their number; on gpu_ops equal to time_us
+    robust_time_us: float | None = None
 
 
 class PatternTotal(_Model):

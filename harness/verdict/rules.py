@@ -550,8 +550,11 @@ def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> Reg
             for region in regions:
                 if region in times:
                     seen.add(region)
-                    totals[region] += float(times[region]["time_us"])
-                    basis.add(times[region]["basis"])
+                    fact = times[region]
+                    # robust: one spike of a busy CPU would dominate a mean over a few dozen cycles
+                    totals[region] += float(fact["robust_time_us"] if fact.get("robust_time_us") is not None
+                                            else fact["time_us"])
+                    basis.add(fact["basis"])
     per_cycle = {r: totals[r] / cycles for r in regions} if cycles else {}
     return RegionTimes(per_cycle, cycles, basis, [r for r in regions if r not in seen], files, without)
 
@@ -560,8 +563,12 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
     """Does the TPOT saving match what the profiles show changed in the regions of the change?
 
     Prediction: the drop in the regions' time per EAGLE cycle, baseline minus candidate (whatever
-    ran there: the removed ops, and the ops that replace them), divided by the tokens one cycle
-    emits (the accept length). The pattern's own removed time is reported beside it."""
+    ran there: the removed ops, and the ops that replace them; the candidate's times scaled by
+    the reference region), divided by the tokens one cycle emits (the accept length). Measured:
+    the baseline's median TPOT times (1 - TPOT ratio), with the interval of that ratio (paired
+    when the TPOT rule would pair). The verdict is an equivalence test on measured/predicted:
+    PASS when its whole interval lies inside the bounds, FAIL when it lies outside, else
+    INCONCLUSIVE. The prediction is taken as exact: its noise is what the bounds' width absorbs."""
     base_t = timed_values(run, check.baseline, "median_tpot_ms")
     cand_t = timed_values(run, check.candidate, "median_tpot_ms")
     accept = timed_values(run, check.baseline, "accept_length")
@@ -592,7 +599,16 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
     blocked = _failed_preconditions(preconditions)
     if blocked:
         return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
-    measured = float(np.median(base_t) - np.median(cand_t))
+    decision, _ = _tpot_decision(run, check.baseline, check.candidate, min_gain=0.0, confidence=check.confidence)
+    est = decision.estimate
+    interval_ok = est.ratio is not None and est.ci_low is not None and est.ci_high is not None and est.reliable
+    preconditions.append(Precondition("TPOT ratio with an interval", interval_ok,
+                                      est.reason or f"{est.method}: {est.ratio} [{est.ci_low}, {est.ci_high}]"))
+    if not interval_ok:
+        return _result(check, INCONCLUSIVE, _failed_preconditions(preconditions) or "no TPOT interval", numbers,
+                       preconditions)
+    base_tpot = float(np.median(base_t))
+    measured, measured_lo, measured_hi = (base_tpot * (1 - r) for r in (est.ratio, est.ci_high, est.ci_low))
     tokens_per_cycle = float(np.median(accept))
     # The candidate's times on the baseline's scale: the reference region ran the same code in both,
     # so any difference there is the machine (load, clocks) during the two profiled trials.
@@ -602,11 +618,13 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
                for r in dict.fromkeys(check.regions)}
     saving_us = sum(r["saving_us_per_cycle"] for r in regions.values())
     predicted = saving_us / tokens_per_cycle / 1000.0
-    ratio = measured / predicted if predicted > 0 else None
+    ratio, ratio_lo, ratio_hi = ((m / predicted if predicted > 0 else None) for m in (measured, measured_lo, measured_hi))
     base_pattern = _pattern_time_per_cycle(run, check.baseline, check.pattern, check.regions)
     cand_pattern = _pattern_time_per_cycle(run, check.candidate, check.pattern, check.regions)
     pattern_removed = (base_pattern - cand_pattern) if base_pattern is not None and cand_pattern is not None else None
-    numbers = {"measured_saving_ms": measured, "predicted_saving_ms": predicted, "ratio": ratio,
+    numbers = {"measured_saving_ms": measured, "measured_ci_ms": [measured_lo, measured_hi],
+               "predicted_saving_ms": predicted, "ratio": ratio, "ratio_ci": [ratio_lo, ratio_hi],
+               "confidence": check.confidence, "paired": est.method,
                "saving_us_per_cycle": saving_us, "tokens_per_cycle": tokens_per_cycle, "regions": regions,
                "pattern_removed_us_per_cycle": pattern_removed, "basis": sorted(base.basis | cand.basis),
                "profiled_cycles": {"baseline": base.cycles, "candidate": cand.cycles},
@@ -621,16 +639,19 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
     if predicted <= 0:
         return _result(check, INCONCLUSIVE, f"{summary}: the regions are not faster in the candidate, so there is "
                        "no saving to explain", numbers, preconditions)
-    summary += f"; ratio {ratio:.2f}"
-    if check.min_ratio is not None and ratio < check.min_ratio:
-        return _result(check, FAIL, f"{summary} < {check.min_ratio}: the profiles' saving does not reach TPOT",
+    summary += f"; ratio {ratio:.2f} [{ratio_lo:.2f}, {ratio_hi:.2f}] ({check.confidence:.0%})"
+    low, high = check.min_ratio, check.max_ratio
+    if low is not None and ratio_hi < low:
+        return _result(check, FAIL, f"{summary} < {low}: the profiles' saving does not reach TPOT",
                        numbers, preconditions)
-    if check.max_ratio is not None and ratio > check.max_ratio:
-        return _result(check, FAIL, f"{summary} > {check.max_ratio}: TPOT gained more than the profiles explain",
+    if high is not None and ratio_lo > high:
+        return _result(check, FAIL, f"{summary} > {high}: TPOT gained more than the profiles explain",
                        numbers, preconditions)
-    bounds = " and ".join(b for b in (f">= {check.min_ratio}" if check.min_ratio is not None else "",
-                                      f"<= {check.max_ratio}" if check.max_ratio is not None else "") if b)
-    return _result(check, PASS, f"{summary} {bounds}" if bounds else summary, numbers, preconditions)
+    bounds = " and ".join(b for b in (f">= {low}" if low is not None else "", f"<= {high}" if high is not None else "") if b)
+    if (low is None or ratio_lo >= low) and (high is None or ratio_hi <= high):
+        return _result(check, PASS, f"{summary}: inside {bounds}" if bounds else summary, numbers, preconditions)
+    return _result(check, INCONCLUSIVE, f"{summary}: the interval straddles {bounds}; more repetitions narrow it",
+                   numbers, preconditions)
 
 
 def informational(check: Any) -> list[str] | None:
