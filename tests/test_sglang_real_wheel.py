@@ -276,3 +276,16 @@ def test_patch_refuses_the_multi_layer_worker(wheel_root, tmp_path):
     assert len(failed) == 1 and proc.stderr.rstrip().endswith(failed[0])
     assert "MultiLayerEagleWorkerV2 (--enable-multi-layer-eagle)" in failed[0]
     assert "(SGLang 0.5.23, layout 0.5.23," in failed[0]
+
+
+def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch):
+    import zipfile
+
+    fake = tmp_path / sglang_wheel.WHEEL_NAME
+    with zipfile.ZipFile(fake, "w") as archive:
+        archive.writestr("sglang/kernels/ops/speculative/topk1.py", "def draft_topk1_postprocess(): pass\n")
+    monkeypatch.setenv(sglang_wheel.WHEEL_ENV, str(fake))
+    monkeypatch.setenv(sglang_wheel.CACHE_ENV, str(tmp_path / "cache"))
+    with pytest.raises(sglang_wheel.WheelUnavailable, match=rf"sha256 [0-9a-f]{{64}}, expected {sglang_wheel.WHEEL_SHA256}"):
+        sglang_wheel.source_root()
+    assert not (tmp_path / "cache" / f"sglang-{sglang_wheel.SGLANG_VERSION}-src").exists()
