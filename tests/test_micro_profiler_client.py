@@ -88,7 +88,7 @@ BODIES: list[Any] = [
     {"activities": ["CPU"]}, {"activities": "CPU"}, {"activities": ["CPU", 1]}, {"profile_id": "run-1"},
     {"profile_id": 5}, {"output_dir": 3}, {"profile_prefix": None}, {"profile_prefix": "p"}, {"no_such_field": 1},
     {"merge_profiles": "false"}, {"profile_by_stage": 0}, {"detailed_annotations": "yes"},
-    {"profile_stages": ["decode"]}, {"rid": 3}, [], "start", 5,
+    {"profile_stages": ["decode"]}, {"rid": 3}, {"req_type": 2}, {"req_type": 3}, [], "start", 5,
 ]
 # What the micro engine refuses although SGLang takes it: one rank, no per-stage profiles.
 MICRO_LIMITS: list[Any] = [{"merge_profiles": True}, {"profile_by_stage": True}, {"num_steps": -2}]

@@ -48,7 +48,7 @@ class ProfileBody(BaseModel):
 
     rid: Optional[str] = None
     http_worker_ipc: Optional[str] = None
-    req_type: Literal[1, 2] = 1  # ProfileReqType.START_PROFILE / STOP_PROFILE
+    req_type: Literal[1, 2] = 1  # ProfileReqType; /start_profile sets START_PROFILE whatever it says
     output_dir: Optional[str] = None
     start_step: Optional[int] = None
     num_steps: Optional[int] = None
@@ -282,8 +282,6 @@ def parse_profile(body: Any) -> Any:
     ignored = sorted(set(body or {}) - set(ProfileBody.model_fields)) if isinstance(body, dict) else []
     if ignored:
         logger.warning("start_profile: ignoring unknown fields %s (as SGLang does)", ignored)
-    if req.req_type != 1:
-        raise BadRequest("req_type must be 1 (START_PROFILE) on /start_profile")
     for flag in ("profile_by_stage", "merge_profiles"):
         if getattr(req, flag):
             raise BadRequest(f"{flag} is not supported by the micro engine (one rank, one trace file)")
