@@ -304,9 +304,16 @@ class TpotGainCheck(_Comparison):
 class ExplainedGainCheck(_Comparison):
     kind: Literal["explained_gain"]
     pattern: str = "softmax"
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="of the TPOT interval the ratio's interval comes from")
     regions: list[str] = Field(default_factory=lambda: ["DRAFT_DECODE", "DRAFT_EXTEND"])
-    min_ratio: float | None = Field(None, ge=0, description="optional: measured/predicted saving at least this")
-    max_ratio: float | None = Field(None, ge=0, description="optional: measured/predicted saving at most this")
+    reference_region: str | None = Field(
+        "TARGET_VERIFY",
+        description="a region the change does not touch: each variant's region times are scaled by the baseline's "
+        "time of it over the variant's, which cancels one profiled trial running on a slower machine than the other; "
+        "null: no scaling",
+    )
+    min_ratio: float | None = Field(None, ge=0, description="measured/predicted saving at least this (without either bound the rule is informational: INFO)")
+    max_ratio: float | None = Field(None, ge=0, description="measured/predicted saving at most this (without either bound the rule is informational: INFO)")
 
 
 Check = Annotated[

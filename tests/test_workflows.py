@@ -145,3 +145,22 @@ def test_cpu_workflow_runs_make_test():
     assert job["runs-on"] == "ubuntu-latest"
     assert any("make test" in s.get("run", "") for s in job["steps"])
     assert "download.pytorch.org/whl/cpu" in job["env"]["PIP_EXTRA_INDEX_URL"]
+
+
+def test_make_profile_says_the_verdict_code_make_cannot_return(tmp_path):
+    # GNU make exits 2 for any failed recipe; the recipe's last line carries the harness's code.
+    import shutil
+    import subprocess
+    import sys
+
+    venv = Path(sys.executable).parent.parent
+    if shutil.which("make") is None or not (venv / "bin" / "harness").exists():
+        pytest.skip("needs make and the harness installed in the interpreter's environment")
+    proc = subprocess.run(
+        ["make", "-C", str(REPO), "-s", "-o", f"{venv}/.installed", "profile", f"VENV={venv}", f"BIN={venv}/bin",
+         f"SCENARIO={tmp_path / 'missing.yaml'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert f"harness run: {tmp_path / 'missing.yaml'}: no such file" in proc.stderr
+    assert "make profile: harness run exited 2 (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted)" in proc.stderr

@@ -48,7 +48,9 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaV
         font-weight: 700; font-size: 12px; color: #fff; }
 .pill.PASS { background: var(--pass); } .pill.FAIL { background: var(--fail); }
 .pill.INCONCLUSIVE { background: #bf8700; } .pill.NONE { background: var(--none); }
+.pill.INFO { background: #fff; color: var(--muted); border: 1px solid var(--line); }
 tr.rule-FAIL td { background: #ffebe9; } tr.rule-INCONCLUSIVE td { background: #fff8c5; }
+tr.rule-INFO td { color: var(--muted); }
 .notes { border-left: 6px solid #bf8700; background: #fffbea; }
 .notes ul { margin: 0; padding-left: 18px; }
 .variants { display: flex; gap: 14px; flex-wrap: wrap; }
@@ -68,7 +70,7 @@ td.diff { background: #fff8c5; }
 footer { color: var(--muted); font-size: 12px; margin-top: 20px; }
 """
 
-VERDICT_CLASS = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE"}
+VERDICT_CLASS = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE", "INFO": "INFO"}
 
 
 def _e(value: Any) -> str:
@@ -142,7 +144,7 @@ def _why(data: ReportData) -> str:
         items = "".join(f"<li>{_e(r)}</li>" for r in reasons)
         return f'<div class="why NONE" id="why"><h2>Why there is no verdict</h2><ul>{items}</ul></div>'
     bad = [r for r in data.rules if r.get("verdict") == "FAIL"] + [
-        r for r in data.rules if r.get("verdict") not in ("FAIL", "PASS")
+        r for r in data.rules if r.get("verdict") not in ("FAIL", "PASS", "INFO")
     ]
     items = "".join(
         f"<li>{_pill(r.get('verdict'))} <b>{_e(r.get('name'))}</b>: {_e(r.get('reason') or 'no reason given')}</li>"
@@ -180,19 +182,31 @@ def _rule_reason(rule: dict[str, Any]) -> str:
 
 
 def _rules(data: ReportData) -> str:
+    """The judged rules; then, apart, the informational ones (no bound: they cannot fail and are
+    not part of the verdict)."""
     if not data.rules:
         return '<section id="rules"><h2>Rules</h2><div class="missing">No rule results (results.json missing or empty).</div></section>'
-    rows = []
-    for rule in data.rules:
-        verdict = rule.get("verdict")
-        rows.append(
-            f'<tr class="rule-{_e(verdict)}"><td>{_pill(verdict)}</td><td><code>{_e(rule.get("name"))}</code></td>'
-            f'<td>{_e(rule.get("kind"))}</td><td>{_rule_reason(rule)}</td></tr>'
-        )
-    return (
-        '<section id="rules"><h2>Rules</h2><table><thead><tr><th>verdict</th><th>rule</th><th>kind</th>'
-        f"<th>reason</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
-    )
+
+    def table(rules: list[dict[str, Any]]) -> str:
+        rows = []
+        for rule in rules:
+            verdict = rule.get("verdict")
+            rows.append(
+                f'<tr class="rule-{_e(verdict)}"><td>{_pill(verdict)}</td><td><code>{_e(rule.get("name"))}</code></td>'
+                f'<td>{_e(rule.get("kind"))}</td><td>{_rule_reason(rule)}</td></tr>'
+            )
+        return ('<table><thead><tr><th>verdict</th><th>rule</th><th>kind</th>'
+                f"<th>reason</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+    judged = [r for r in data.rules if r.get("verdict") != "INFO"]
+    info = [r for r in data.rules if r.get("verdict") == "INFO"]
+    out = ['<section id="rules"><h2>Rules</h2>', table(judged) if judged else
+           '<div class="missing">No rule that can fail was evaluated.</div>']
+    if info:
+        out.append('<h3 id="informational">Informational: no bound set, so not part of the verdict</h3>')
+        out.append(table(info))
+    out.append("</section>")
+    return "".join(out)
 
 
 def _notes(data: ReportData) -> str:
