@@ -52,7 +52,7 @@ def print_results(results) -> None:  # noqa: ANN001 - CheckResults, imported laz
         extra.add_column("rule")
         extra.add_column("numbers", overflow="fold")
         for rule in info:
-            extra.add_row(rule.name, f"[{colours['INFO']}]INFO[/] {rule.reason}")
+            extra.add_row(text(rule.name), f"[{colours['INFO']}]INFO[/] {text(rule.reason)}")
         console.print(extra)
     for rule in results.rules:
         n = rule.numbers
