@@ -5,6 +5,7 @@ Errors point at the YAML: `FILE:LINE: field.path: what is wrong`, raised as Harn
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from pathlib import Path
@@ -447,23 +448,85 @@ def _yaml_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
     return tuple(path)
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; every problem is a HarnessInputError `FILE:LINE: field: why`."""
+# A scenario is a few KB of YAML; the limit keeps a hostile or mistaken file (a trace passed as a
+# scenario) from costing minutes of parsing.
+MAX_SCENARIO_BYTES = 1 << 20
+# libyaml when present: fast, and it bounds nesting depth itself (pure-Python PyYAML recurses).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def read_yaml(path: str | Path, *, max_bytes: int = MAX_SCENARIO_BYTES) -> tuple[Any, yaml.Node | None]:
+    """A YAML file as plain data and its node tree (for line numbers). UTF-8, or UTF-16/32 with a
+    byte-order mark. Every problem is one HarnessInputError `FILE[:LINE]: what`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise HarnessInputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HarnessInputError(f"{path}: cannot read ({exc})") from None
+    except IsADirectoryError:
+        raise HarnessInputError(f"{path}: is a directory, expected a YAML file") from None
+    except OSError as exc:
+        raise HarnessInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > max_bytes:
+        raise HarnessInputError(f"{path}: larger than {max_bytes} bytes: not a scenario (a scenario is a few KB of YAML)")
+    codec = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        text = raw.decode(codec)
+    except UnicodeDecodeError as exc:
+        raise HarnessInputError(f"{path}: not {codec.upper()} text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
+    loader = _YAML_LOADER(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise HarnessInputError(f"{path}{line}: not valid YAML ({problem})") from None
+    except RecursionError:
+        raise HarnessInputError(f"{path}: not valid YAML (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise HarnessInputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    finally:
+        loader.dispose()
+    _reject_duplicate_keys(path, node)
+    return data, node
+
+
+def _reject_duplicate_keys(path: Path, root: yaml.Node | None) -> None:
+    """YAML keeps the last of two equal keys without a word: a scenario that says `checks:` twice
+    would silently lose the first list. Each node is visited once (aliases share nodes)."""
+    seen: set[int] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    if key.value in first:
+                        raise HarnessInputError(
+                            f"{path}:{line}: duplicate key {key.value!r} (first at line {first[key.value]})"
+                        )
+                    first[key.value] = line
+                stack += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; every problem is a HarnessInputError `FILE:LINE: field: why`."""
+    path = Path(path)
+    data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise HarnessInputError(f"{path}:1: expected a mapping with `name`, `engine`, `variants`, ...")
     return scenario_from_dict(data, source=path, node=node)
@@ -493,9 +556,24 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | Path = "<scenario>
         raise HarnessInputError(f"{where}: {dotted or '(top level)'}: {message}{more}") from None
 
 
+# The last line of a stored (resolved) scenario: a file cut short (a full disk, a partial copy)
+# still parses as YAML, only with fewer checks, so `harness check` requires this line.
+SCENARIO_END = "# end of the resolved scenario"
+
+
 def scenario_to_yaml(scenario: Scenario) -> str:
     """The scenario as resolved (defaults filled in), for the run directory."""
-    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False, allow_unicode=True) + SCENARIO_END + "\n"
+
+
+def is_whole(path: Path) -> bool:
+    """Whether a stored scenario ends with SCENARIO_END (written whole by `scenario_to_yaml`)."""
+    try:
+        with Path(path).open("rb") as f:
+            f.seek(max(f.seek(0, 2) - len(SCENARIO_END) - 2, 0))
+            return f.read().rstrip(b"\r\n").endswith(SCENARIO_END.encode())
+    except OSError:
+        return False
 
 
 def scenario_json_schema() -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from harness.scenario import SCENARIO_END
 from harness.traces.schema import FileAnalysis
 
 SCENARIO = {
@@ -103,7 +104,7 @@ def write_run_dir(root: Path, baseline: Arm, candidate: Arm, *, scenario: dict |
     scenario.setdefault("workload", {})["temperature"] = temperature
     run = root / "run"
     (run / "trials").mkdir(parents=True)
-    (run / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    (run / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False) + SCENARIO_END + "\n")
     plan, analysis, index = [], {}, 0
     n = max(len(baseline.tpot_ms), len(candidate.tpot_ms))
     order = []

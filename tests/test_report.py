@@ -209,7 +209,7 @@ def test_page_is_self_contained_and_shows_every_figure(run_dir):
     results = json.loads((run_dir / "results.json").read_text())
     for rule in results["rules"]:
         assert rule["name"] in page and html.escape(rule["reason"]) in page
-    assert 'href="trials/00-baseline-profiled/profile/baseline-1-TP-0.trace.json.gz"' in page
+    assert 'href="./trials/00-baseline-profiled/profile/baseline-1-TP-0.trace.json.gz"' in page
     assert page.count('>server.log</a>') == 10
     assert "ui.perfetto.dev" in page and "chrome://tracing" in page
     # variants with their description and flags; environment side by side

@@ -122,9 +122,9 @@ def test_real_run_report_files(real_run):
     for trial_json in real_run.glob("trials/*/trial.json"):
         trial = json.loads(trial_json.read_text())
         rel = trial_json.parent.relative_to(real_run).as_posix()
-        assert f'href="{rel}/server.log"' in page
+        assert f'href="./{rel}/server.log"' in page
         for trace in trial["traces"]:
-            assert f'href="{rel}/{trace}"' in page and (trial_json.parent / trace).exists()
+            assert f'href="./{rel}/{trace}"' in page and (trial_json.parent / trace).exists()
 
 
 def test_real_run_counts_show_the_softmax_where_it_should_be(real_run):

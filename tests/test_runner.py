@@ -411,7 +411,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     assert "<h3>Server launches</h3>" in page and "<h3>Paired differences</h3>" in page
     assert "marker = launch" in page and "two blocks of one" in page
     for x in launches:
-        assert f'<a href="{x["dir"]}/server.log">server.log</a>' in page
+        assert f'<a href="./{x["dir"]}/server.log">server.log</a>' in page
 
 
 def test_warm_launch_that_exits_at_startup_ends_the_run_and_stops_the_others(tmp_path):

@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from harness import __version__
-from harness.errors import EXIT_BAD_INPUT, HarnessInputError
+from harness.errors import EXIT_BAD_INPUT, HarnessInputError, one_line
 
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._module.run(args) or 0)
     except HarnessInputError as exc:
-        print(f"harness {args.command}: {exc}", file=sys.stderr)
+        print(f"harness {args.command}: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"harness {args.command}: interrupted", file=sys.stderr)

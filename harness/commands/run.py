@@ -7,11 +7,15 @@ trial failed (nothing can be concluded from half a run); 130 on Ctrl-C; 2 for ba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from harness.errors import one_line
 
 
 def _positive_int(text: str) -> int:
@@ -52,7 +56,7 @@ def _trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> st
         if trial.kind == "profiled":
             detail += f"  traces {len(outcome.traces)}"
     else:
-        detail = f"FAILED: {outcome.error}"
+        detail = f"FAILED: {one_line(outcome.error)}"
     return f"[{position}/{total}] {trial.dir_name:<24} {detail}  ({elapsed_s:.1f} s)"
 
 
@@ -130,7 +134,8 @@ def _make_progress(rich_ui: bool):
                 self.bars.update(self.trial_task, completed=done)
 
         def trial_finished(self, trial: Any, outcome: Any) -> None:
-            self.console.print(_trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at))
+            line = _trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at)
+            self.console.print(line, markup=False)  # an error may quote server output
             self.bars.advance(self.run_task)
 
         def note(self, text: str) -> None:
@@ -224,6 +229,20 @@ def evaluate_run_dir(run_dir: Path) -> int:
 # ---- the command --------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _naming_the_file(path: Path, name: str) -> Iterator[None]:
+    """Engines say `scenario NAME: where: what` (they do not know the file): name the file instead."""
+    from harness.errors import HarnessInputError
+
+    try:
+        yield
+    except HarnessInputError as exc:
+        prefix = f"scenario {name}: "
+        if not str(exc).startswith(prefix):
+            raise
+        raise HarnessInputError(f"{path}: {str(exc)[len(prefix):]}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.errors import EXIT_PASS
     from harness.run.execute import run_scenario
@@ -237,13 +256,15 @@ def run(args: argparse.Namespace) -> int:
         )
 
     if args.dry_run:
-        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
+        with _naming_the_file(scenario_path, scenario.name):
+            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
         print_plan(scenario, result, aa=args.aa)
         return EXIT_PASS
 
     progress, stop_progress = _make_progress(_use_rich(args))
     try:
-        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress)
+        with _naming_the_file(scenario_path, scenario.name):
+            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress)
     finally:
         if stop_progress is not None:
             stop_progress()
@@ -256,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
             except Exception as exc:  # noqa: BLE001 - the run's own error below is what matters
                 print(f"harness run: checks/report of the incomplete run failed: {exc}", file=sys.stderr)
         for line in result.log_tail[-10:]:
-            print(f"  server.log | {line}", file=sys.stderr)
+            print(f"  server.log | {one_line(line)}", file=sys.stderr)
         code = result.exit_code or 3
         label = "interrupted" if result.interrupted_by is not None else "INCONCLUSIVE (run incomplete)"
         print(f"harness run: {label}: {result.error}; results so far: {result.run_dir}", file=sys.stderr)

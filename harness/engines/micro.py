@@ -8,12 +8,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.engines import ServerCommand, server_python, variant_environment
+from harness.errors import HarnessInputError
 from harness.scenario import Scenario, render_args
 
 SERVER_MODULE = "harness.micro.server"
+# Flags the harness sets: a server binds loopback only, on a port the harness picked.
+OWNED_FLAGS = {"--host": "the harness (loopback)", "--port": "the harness (a free port per trial)"}
 
 
 def build_command(scenario: Scenario, variant: str, *, host: str, port: int, profile_dir: Path) -> ServerCommand:
+    for flag in scenario.server_args(variant):
+        if flag in OWNED_FLAGS:
+            where = "server.args" if flag in scenario.server.args else f"variants.{variant}.args"
+            raise HarnessInputError(
+                f"scenario {scenario.name}: {where}: {flag} is set by {OWNED_FLAGS[flag]}; remove it from args"
+            )
     argv = [
         server_python(scenario, variant),
         "-m",

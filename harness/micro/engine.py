@@ -493,6 +493,8 @@ class MicroEngine:
             raise EngineRequestError(f"num_steps must be >= 1, got {request.num_steps}")
         profile_id = request.profile_id or str(time.time())
         path = request.trace_path(profile_id)
+        if path.parent != Path(request.output_dir) or path.name in (".", ".."):  # the server checks names; keep it so
+            raise EngineRequestError(f"profile_prefix/profile_id must not form a path, got {path.name!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
         self._profile = _ProfileSession(request=request, path=path, steps_before_start=request.start_step or 0)
         if self._profile.steps_before_start == 0:

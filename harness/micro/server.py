@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -61,6 +62,10 @@ class ProfileBody(BaseModel):
     profile_prefix: Optional[str] = None
     profile_stages: Optional[list[str]] = None
     detailed_annotations: bool = False
+
+
+# profile_prefix and profile_id become part of the trace's file name: a plain name, never a path.
+FILE_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,127}")
 
 
 def _positive_int(text: str) -> int:
@@ -290,8 +295,15 @@ def parse_profile(body: Any) -> Any:
         if value is not None and value < 0:
             raise BadRequest(f"{name} must be a non-negative integer, got {value}")
     output_dir = req.output_dir or os.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp"
-    if req.profile_id is not None and ("/" in req.profile_id or not req.profile_id):
-        raise BadRequest(f"profile_id must be a non-empty file-name part, got {req.profile_id!r}")
+    if "\x00" in output_dir or ".." in output_dir.replace("\\", "/").split("/"):
+        raise BadRequest(f"output_dir must be a directory path without '..' or NUL, got {output_dir[:200]!r}")
+    for name in ("profile_prefix", "profile_id"):
+        value = getattr(req, name)
+        if value and not FILE_NAME_PART.fullmatch(value) or (name == "profile_id" and value == ""):
+            raise BadRequest(
+                f"{name} must be a plain file-name part (letters, digits, '.', '_', '+', '=', '-'; "
+                f"at most 128, not starting with a dot), got {value[:200]!r}"
+            )
     return ProfileRequest(
         output_dir=str(output_dir),
         num_steps=req.num_steps or None,  # 0 = no step limit, as in SGLang (`if num_steps:`)

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import encodable
 from harness.report.summary import append_step_summary
 
 __all__ = ["ReportPaths", "build_report", "append_step_summary", "update_latest_link"]
@@ -47,7 +48,7 @@ def build_report(run_dir: str | Path) -> ReportPaths:
 def _write_atomic(path: Path, text: str) -> None:
     """Replace the file in one step, so a browser reloading it never sees half a page."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(encodable(text), encoding="utf-8")
     os.replace(tmp, path)
 
 

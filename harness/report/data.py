@@ -7,16 +7,28 @@ directory at all (no run.json, no results.json, no trials) is bad input.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.errors import HarnessInputError
+from harness.rundir import SCHEMA_VERSION, inside, read_json
 
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
+# Beyond this a number from a file is damage, not a measurement: figures cannot scale to it.
+MAX_PLOTTED = 1e12
+
+
+def plottable(value: Any) -> float | None:
+    """A number from a file as a float that a figure or a sum can take (finite, not huge), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range
+        return None
+    return number if math.isfinite(number) and abs(number) <= MAX_PLOTTED else None
 
 
 @dataclass
@@ -44,8 +56,7 @@ class TrialRecord:
         return self.status == "ok"
 
     def number(self, key: str) -> float | None:
-        value = self.summary.get(key)
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return plottable(self.summary.get(key))
 
 
 @dataclass
@@ -107,11 +118,13 @@ class ReportData:
         ]
 
     def relative(self, path: Path) -> str:
-        """A path as a link relative to the run directory (where index.html lives)."""
+        """A path as a link relative to the run directory (where index.html lives). Always `./...`:
+        a file or directory named `javascript:...` must stay a file name, never become a URL scheme.
+        Only paths inside the run directory are ever linked (see `_trial_record`)."""
         try:
-            return path.relative_to(self.run_dir).as_posix()
+            return "./" + path.relative_to(self.run_dir).as_posix()
         except ValueError:
-            return path.as_posix()
+            return "./" + path.name
 
 
 def _read_json(path: Path, notes: list[str], what: str) -> Any | None:
@@ -120,10 +133,15 @@ def _read_json(path: Path, notes: list[str], what: str) -> Any | None:
         notes.append(f"{path.name} is missing: {what}.")
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        notes.append(f"{path.name} could not be read ({exc}): {what}.")
+        data = read_json(path)
+    except HarnessInputError as exc:
+        notes.append(f"{path.name} could not be read ({str(exc).removeprefix(str(path) + ':').strip()}): {what}.")
         return None
+    version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else SCHEMA_VERSION
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        notes.append(f"{path.name} has schema_version {str(version)[:40]}, this harness reads {SCHEMA_VERSION}: {what}.")
+        return None
+    return data
 
 
 def _int(value: Any, default: int) -> int:
@@ -154,8 +172,11 @@ def _variants(scenario: dict[str, Any]) -> list[VariantInfo]:
 
 
 def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> TrialRecord:
-    rel = str(entry.get("dir") or f"trials/{entry.get('index', 0):02d}-{entry.get('variant')}-{entry.get('kind')}")
+    rel = str(entry.get("dir") or f"trials/{_int(entry.get('index'), 0):02d}-{entry.get('variant')}-{entry.get('kind')}")
     trial_dir = run_dir / rel
+    if not inside(run_dir, trial_dir) or trial_dir.resolve() == run_dir.resolve():
+        notes.append(f"The plan names a trial directory outside the run directory ({rel[:80]}): ignored.")
+        trial_dir = run_dir / "trials" / "(outside)"
     record = TrialRecord(
         name=trial_dir.name,
         dir=trial_dir,
@@ -166,16 +187,17 @@ def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> Tri
         status="not run",
     )
     trial_json = trial_dir / "trial.json"
-    if not trial_json.exists():
+    if not trial_json.is_file() or not inside(run_dir, trial_json):
         return record
     try:
-        info = json.loads(trial_json.read_text(encoding="utf-8"))
+        info = read_json(trial_json)
         if not isinstance(info, dict):
-            raise ValueError("not an object")
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise HarnessInputError("not an object")
+    except HarnessInputError as exc:
+        problem = str(exc).removeprefix(str(trial_json) + ":").strip()
         record.status = "unreadable"
-        record.error = f"trial.json could not be read ({exc})"
-        notes.append(f"{record.name}/trial.json could not be read ({exc}).")
+        record.error = f"trial.json could not be read ({problem})"
+        notes.append(f"{record.name}/trial.json could not be read ({problem}).")
         return record
     record.index = _int(info.get("index"), record.index)
     record.variant = str(info.get("variant", record.variant))
@@ -188,15 +210,22 @@ def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> Tri
     record.command = info.get("command") or None
     record.summary = info.get("summary") if isinstance(info.get("summary"), dict) else {}
     record.server_info = info.get("server_info") if isinstance(info.get("server_info"), dict) else {}
-    for rel_trace in info.get("traces") or []:
+    traces = info.get("traces") if isinstance(info.get("traces"), list) else []
+    for rel_trace in traces:
         path = trial_dir / str(rel_trace)
-        (record.trace_paths.append(path) if path.exists() else record.missing_traces.append(str(rel_trace)))
+        if not inside(trial_dir, path):  # a name from a file: never read or link outside the trial
+            notes.append(f"Trial {record.name}: trace {str(rel_trace)[:80]!r} lies outside the trial directory: ignored.")
+        elif path.is_file():
+            record.trace_paths.append(path)
+        else:
+            record.missing_traces.append(str(rel_trace))
     launch = info.get("launch")
     record.launch = launch if isinstance(launch, str) else None
     log = trial_dir / "server.log"
     if not log.exists() and record.launch:  # warm modes: the launch's log
         log = run_dir / record.launch / "server.log"
-    record.server_log = log if log.exists() else None
+    record.server_log = log if log.is_file() and inside(run_dir, log) and (
+        log.parent != trial_dir or inside(trial_dir, log)) else None
     return record
 
 
@@ -233,11 +262,14 @@ def load_report_data(run_dir: Path) -> ReportData:
     scenario: dict[str, Any] = {}
     scenario_path = run_dir / "scenario.yaml"
     if scenario_path.exists():
+        from harness.scenario import read_yaml
+
         try:
-            loaded = yaml.safe_load(scenario_path.read_text(encoding="utf-8"))
+            loaded, _ = read_yaml(scenario_path)
             scenario = loaded if isinstance(loaded, dict) else {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            notes.append(f"scenario.yaml could not be read ({exc}): variant descriptions are not shown.")
+        except HarnessInputError as exc:
+            problem = str(exc).removeprefix(str(scenario_path)).lstrip(":0123456789 ")
+            notes.append(f"scenario.yaml could not be read ({problem}): variant descriptions are not shown.")
     else:
         notes.append("scenario.yaml is missing: variant descriptions and arguments are not shown.")
 
@@ -285,10 +317,13 @@ def load_report_data(run_dir: Path) -> ReportData:
     for entry in run.get("launches") or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
             continue
+        if not inside(run_dir, run_dir / entry["dir"]) or (run_dir / entry["dir"]).resolve() == run_dir.resolve():
+            notes.append(f"run.json names a launch directory outside the run directory ({entry['dir'][:80]}): ignored.")
+            continue
         record = _read_json(run_dir / entry["dir"] / "launch.json", notes, f"launch {entry['dir']} is not described")
         launch = {**entry, **(record if isinstance(record, dict) else {})}
         log = run_dir / entry["dir"] / "server.log"
-        launch["server_log"] = log if log.exists() else None
+        launch["server_log"] = log if log.is_file() and inside(run_dir / entry["dir"], log) else None
         launches.append(launch)
         if launch.get("status") == "failed":
             notes.append(f"Server launch {entry['dir']} failed: {launch.get('error') or 'no error recorded'}.")

@@ -7,6 +7,7 @@ same thing has the same colour in every figure.
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from collections.abc import Sequence
@@ -31,7 +32,8 @@ EXTRA_REGION_COLOURS = ["#e7ba52", "#ce6dbd", "#843c39", "#393b79"]
 MATCH_COLOUR = "#d62728"  # kernels/ops that match the count pattern (the softmax)
 
 _RC = {
-    "svg.fonttype": "none",  # text stays text: searchable, no embedded glyphs, no font files
+    "svg.fonttype": "none",
+    "text.parse_math": False,  # names come from files: a `$` is a character, not mathtext  # text stays text: searchable, no embedded glyphs, no font files
     "svg.hashsalt": "harness-report",  # stable clip-path ids, so a rebuilt report diffs cleanly
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial", "sans-serif"],
@@ -77,7 +79,7 @@ def to_svg(fig: Figure, label: str) -> str:
     svg = re.sub(r'id="([^"]+)"', lambda m: f'id="{prefix}{m.group(1)}"', svg)
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m.group(1)})", svg)
     svg = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{prefix}{m.group(1)}"', svg)
-    svg = svg.replace("<svg ", f'<svg role="img" aria-label="{label}" class="figure-svg" ', 1)
+    svg = svg.replace("<svg ", f'<svg role="img" aria-label="{html.escape(label, quote=True)}" class="figure-svg" ', 1)
     return svg
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from harness import __version__
 from harness.report import analysis_view as av
 from harness.report import figures
-from harness.report.data import ReportData
+from harness.report.data import ReportData, plottable
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
 from harness.scenario import render_args
 
@@ -93,6 +93,18 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Seque
         )
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _safe(data: ReportData, label: str, draw: Any, *args: Any) -> str | None:
+    """A figure, or None with a note: numbers on disk may be damaged past what a plot can scale to."""
+    try:
+        return draw(*args)
+    except (ValueError, OverflowError, TypeError, ZeroDivisionError) as exc:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+        data.notes.append(f"The {label} figure could not be drawn from the numbers on disk ({type(exc).__name__}: {exc}).")
+        return None
 
 
 def _figure(svg: str | None, caption: str, missing: str) -> str:
@@ -265,7 +277,8 @@ def _figures(data: ReportData) -> str:
     bars = av.count_bars(data, pattern)
     out.append("<h3>Where the pattern runs</h3>")
     out.append(_figure(
-        figures.counts_figure(bars, pattern, [v for v in variants if any(b.variant == v for b in bars)]) if bars else None,
+        _safe(data, "pattern counts", figures.counts_figure, bars, pattern,
+              [v for v in variants if any(b.variant == v for b in bars)]) if bars else None,
         f"<b>What to look for:</b> the <code>{_e(pattern)}</code> matches in each region of the profiled trial, per "
         "graph replay (or per region span on CPU) and in total. The candidate's bars should be zero in the draft "
         "regions and the baseline's should not (a zero baseline means the analysis cannot see the kernel). A "
@@ -276,7 +289,7 @@ def _figures(data: ReportData) -> str:
     region_time, unit_label = av.region_time_per_cycle(data)
     out.append("<h3>Where the time goes</h3>")
     out.append(_figure(
-        figures.region_time_figure(region_time, unit_label, av.REGION_ORDER) if region_time else None,
+        _safe(data, "time per region", figures.region_time_figure, region_time, unit_label, av.REGION_ORDER) if region_time else None,
         f"<b>What to look for:</b> {_e(unit_label)} per decoding cycle in each region of the profiled trials, "
         "stacked. The difference in total between the bars is where the gain comes from; it should sit in the "
         "draft regions when the softmax is removed. Profiled trials run under the profiler: compare the shares, "
@@ -291,9 +304,9 @@ def _figures(data: ReportData) -> str:
     ]
     out.append("<h3>TPOT</h3>")
     out.append(_figure(
-        figures.tpot_figure(points, variants, tpot.ratio,
-                            (tpot.ci_low, tpot.ci_high) if tpot.ci_low is not None and tpot.ci_high is not None else None,
-                            tpot.min_gain, tpot.confidence) if points else None,
+        _safe(data, "TPOT", figures.tpot_figure, points, variants, tpot.ratio,
+              (tpot.ci_low, tpot.ci_high) if tpot.ci_low is not None and tpot.ci_high is not None else None,
+              tpot.min_gain, tpot.confidence) if points else None,
         "<b>What to look for:</b> left, the median TPOT of each timed trial in run order: the variants should "
         "alternate (interleaving) and neither should drift with time. Middle, each variant's spread. Right, the "
         "candidate/baseline ratio with its confidence interval: a gain is real only if the whole interval lies "
@@ -311,7 +324,7 @@ def _figures(data: ReportData) -> str:
                       if isinstance(r.get("numbers"), dict)), None)
     out.append("<h3>Accept length</h3>")
     out.append(_figure(
-        figures.accept_figure(accept_points, variants, tolerance if isinstance(tolerance, (int, float)) else None)
+        _safe(data, "accept length", figures.accept_figure, accept_points, variants, plottable(tolerance))
         if accept_points else None,
         "<b>What to look for:</b> tokens accepted per target verify in each timed trial. The candidate's points "
         "should sit on the baseline's (inside the shaded tolerance band): the fast path must not change what the "
@@ -322,7 +335,7 @@ def _figures(data: ReportData) -> str:
     timeline, unit = av.cycle_timelines(data, pattern)
     out.append("<h3>One cycle of each variant</h3>")
     out.append(_figure(
-        figures.timeline_figure(timeline, pattern, unit) if timeline else None,
+        _safe(data, "timeline", figures.timeline_figure, timeline, pattern, unit) if timeline else None,
         "<b>What to look for:</b> one decoding cycle (draft decode, target verify, draft extend) from each "
         f"variant's profiled trace, on the same time axis. Top lane: the regions; below: the {_e(unit)} inside them, "
         f"<span style='color:{figures.MATCH_COLOUR}'>red</span> where they match <code>{_e(pattern)}</code>. "
@@ -339,13 +352,14 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> str:
     rule = next(iter(data.rules_of_kind("tpot_gain")), None) or next(iter(data.rules_of_kind("aa_noise")), None)
     numbers = rule.get("numbers") if isinstance(rule, dict) and isinstance(rule.get("numbers"), dict) else {}
     reps, ratios = numbers.get("pair_repetitions") or [], numbers.get("pair_ratios") or []
-    pairs = [(r, x) for r, x in zip(reps, ratios) if isinstance(r, int) and isinstance(x, (int, float)) and x > 0]
+    pairs = [(r, x) for r, x in zip(reps, map(plottable, ratios)) if isinstance(r, int) and x is not None and x > 0]
     out = []
     if pairs:
         ci = (tpot.ci_low, tpot.ci_high) if tpot.ci_low is not None and tpot.ci_high is not None else None
         out.append("<h3>Paired differences</h3>")
         out.append(_figure(
-            figures.pairs_figure([r for r, _ in pairs], [x for _, x in pairs], tpot.ratio, ci, tpot.min_gain),
+            _safe(data, "paired differences", figures.pairs_figure, [r for r, _ in pairs], [x for _, x in pairs],
+                  tpot.ratio, ci, tpot.min_gain),
             "<b>What to look for:</b> the candidate/baseline TPOT ratio of each pair (the two blocks of a round: "
             "same prompts, back to back; in restart mode the two trials of a repetition), in run order, with the "
             "rule's estimate and interval. The pairs should scatter around the estimate without a trend; a run of "
@@ -514,7 +528,7 @@ def _files(data: ReportData) -> str:
         tj = f'<a href="{_e(data.relative(trial_json))}">trial.json</a>' if trial_json.exists() else "–"
         rows.append([_e(t.name), _e(t.status), "<br>".join(links) or "–", log, req, tj])
     run_files = [
-        f'<a href="{_e(name)}">{_e(name)}</a>'
+        f'<a href="./{_e(name)}">{_e(name)}</a>'
         for name in ("results.json", "analysis.json", "run.json", "environment.json", "scenario.yaml", "junit.xml",
                      "summary.md", "traceback.txt")
         if (data.run_dir / name).exists() or name in ("junit.xml", "summary.md")

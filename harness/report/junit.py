@@ -9,11 +9,13 @@ shown apart, and never counted as passed.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness.errors import encodable
 from harness.report.data import ReportData
 
 
@@ -111,6 +113,10 @@ def junit_tree(data: ReportData) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
+# Characters XML 1.0 does not allow even escaped (a kernel name or an error message may hold them).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
 def _set_counts(element: ET.Element, *, tests: int, failures: int, errors: int, skipped: int, duration: float) -> None:
     element.set("tests", str(tests))
     element.set("failures", str(failures))
@@ -120,5 +126,7 @@ def _set_counts(element: ET.Element, *, tests: int, failures: int, errors: int, 
 
 
 def write_junit(data: ReportData, path: Path) -> Path:
-    junit_tree(data).write(path, encoding="utf-8", xml_declaration=True)
+    text = ET.tostring(junit_tree(data).getroot(), encoding="unicode")
+    text = _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", encodable(text))
+    path.write_text("<?xml version='1.0' encoding='utf-8'?>\n" + text, encoding="utf-8")
     return path

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness.report.data import ReportData
+from harness.report.data import ReportData, plottable
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -32,7 +32,7 @@ def pct(value: Any) -> str:
 def _floats(values: Any) -> list[float]:
     if not isinstance(values, list):
         return []
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return [v for v in map(plottable, values) if v is not None]
 
 
 def median_or_none(values: list[float]) -> float | None:
@@ -76,8 +76,7 @@ def tpot_numbers(data: ReportData) -> TpotNumbers:
         n = rules[0]["numbers"]
 
         def num(key: str) -> float | None:
-            v = n.get(key)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            return plottable(n.get(key))
 
         return TpotNumbers(
             baseline_ms=_floats(n.get("baseline_ms")),
@@ -118,12 +117,13 @@ def accept_line(data: ReportData) -> str:
     rules = data.rules_of_kind("accept_length")
     if rules and isinstance(rules[0].get("numbers"), dict):
         n = rules[0]["numbers"]
-        if isinstance(n.get("ratio"), (int, float)):
-            text += f"; ratio {n['ratio']:.4f}"
-            if isinstance(n.get("ci_low"), (int, float)) and isinstance(n.get("ci_high"), (int, float)):
-                text += f" (CI {n['ci_low']:.4f} – {n['ci_high']:.4f})"
-            if isinstance(n.get("rel_tolerance"), (int, float)):
-                text += f", tolerance ±{pct(n['rel_tolerance'])}"
+        ratio, low, high, tolerance = (plottable(n.get(k)) for k in ("ratio", "ci_low", "ci_high", "rel_tolerance"))
+        if ratio is not None:
+            text += f"; ratio {ratio:.4f}"
+            if low is not None and high is not None:
+                text += f" (CI {low:.4f} – {high:.4f})"
+            if tolerance is not None:
+                text += f", tolerance ±{pct(tolerance)}"
     return text
 
 

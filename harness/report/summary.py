@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.errors import encodable
 from harness.report.data import ReportData
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
 
@@ -61,7 +62,7 @@ def summary_markdown(data: ReportData) -> str:
 
 
 def write_summary(data: ReportData, path: Path) -> Path:
-    path.write_text(summary_markdown(data), encoding="utf-8")
+    path.write_text(encodable(summary_markdown(data)), encoding="utf-8")
     return path
 
 
@@ -79,7 +80,7 @@ def append_step_summary(run_dir: str | Path) -> Path | None:
         from harness.report.data import load_report_data
 
         write_summary(load_report_data(Path(run_dir)), summary)
-    text = summary.read_text(encoding="utf-8")
+    text = summary.read_text(encoding="utf-8", errors="replace")
     with open(target, "a", encoding="utf-8") as out:
         out.write(text if text.endswith("\n") else text + "\n")
     return Path(target)

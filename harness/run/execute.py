@@ -42,6 +42,7 @@ from harness.run.profiling import (
     ProfilingError,
     start_profile,
     stop_profile,
+    trace_files,
     wait_for_traces,
 )
 from harness.run.server import (
@@ -544,9 +545,7 @@ class _TrialRunner:
                 outcome.status, outcome.error = "failed", f"nsys: {exc}"
 
     def _trace_paths(self) -> list[str]:
-        if not self.profile_dir.exists():
-            return []
-        return sorted(str(p.relative_to(self.dir)) for p in self.profile_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+        return [str(p.relative_to(self.dir)) for p in trace_files(self.profile_dir)]
 
 
 # ---- trace analysis -----------------------------------------------------------------------------

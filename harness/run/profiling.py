@@ -59,6 +59,16 @@ def stop_profile(base_url: str, *, timeout_s: float = 300.0) -> bool:
     return response.status_code == 200
 
 
+def trace_files(directory: Path, pattern: str = "*") -> list[Path]:
+    """Regular files the server wrote into `directory` (sorted; hidden files left out). A link is
+    never taken: a server (or anything in the trial directory) must not lead the harness to read,
+    copy or report a file outside the trial directory."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob(pattern)
+                  if not p.name.startswith(".") and not p.is_symlink() and p.is_file())
+
+
 def trace_is_complete(path: Path) -> bool:
     """A `.gz` trace decompresses to its end; a plain `.json` one parses."""
     try:
@@ -80,7 +90,7 @@ def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5
     sizes: dict[Path, int] = {}
     stable_since: float | None = None
     while True:
-        paths = sorted(p for p in output_dir.glob(TRACE_GLOB) if p.is_file()) if output_dir.exists() else []
+        paths = trace_files(output_dir, TRACE_GLOB)
         current = {p: p.stat().st_size for p in paths}
         now = time.monotonic()
         if len(paths) >= expected and current == sizes and all(current.values()):

@@ -176,14 +176,16 @@ def _parents(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.nd
 
 
 def _gpu_ops_with_launches(gpu_ops: pd.DataFrame, launches: pd.DataFrame, launch: np.ndarray) -> pd.DataFrame:
-    known = launch >= 0
-    take = np.maximum(launch, 0)
+    def of_launch(column: str, missing: object) -> np.ndarray:
+        # one extra slot at the end: launch -1 (none recorded) picks `missing`, even with no launches at all
+        return np.append(launches[column].to_numpy(), np.array([missing], dtype=object))[launch]
+
     return gpu_ops.assign(
         launch=launch,
         # replayed by a graph: its launch says so, or the writer recorded a graph id
-        is_graph=(known & launches["is_graph"].to_numpy()[take]) | gpu_ops["graph_id"].notna().to_numpy(),
-        region=np.where(known, launches["region"].to_numpy()[take], NO_REGION),
-        span=np.where(known, launches["span"].to_numpy()[take], NO_ID),
+        is_graph=of_launch("is_graph", False).astype(bool) | gpu_ops["graph_id"].notna().to_numpy(),
+        region=of_launch("region", NO_REGION),
+        span=of_launch("span", NO_ID).astype(np.int64),
     )
 
 

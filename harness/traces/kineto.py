@@ -38,35 +38,52 @@ from harness.traces.names import (
 
 SLICE_BYTES = 8 << 20
 # Between two events of the array: `}` `,` `{`. A match inside a string is possible in theory;
-# such a cut leaves an unterminated string, the slice fails to decode, and the next match is tried.
+# such a cut leaves an unterminated string, the slice fails to decode, and the next match is tried
+# (a few times: a hostile string full of `},{` would otherwise cost one decode per match).
 _EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+MAX_CUT_RETRIES = 4
+_SLICE_POSITION = re.compile(r"\$\[(\d+)\]")
+
+# Writers disagree on the JSON type of a field (ROCm writes `"stream": "0x0"`, some writers give
+# numbers as strings or integral floats), so the structs accept every scalar and the columns are
+# coerced afterwards, for the fields each table reads only. A value of another type (true, an
+# array, an object) sends the slice to a loose decoder that checks only the fields a table uses.
+Scalar = int | float | str | None
 
 
 class _Args(msgspec.Struct, gc=False):
-    correlation: int | None = None
-    device: int | None = None
-    stream: int | None = None
-    graph_id: int | None = msgspec.field(default=None, name="graph id")
+    correlation: Scalar = None
+    device: Scalar = None
+    stream: Scalar = None
+    graph_id: Scalar = msgspec.field(default=None, name="graph id")
 
 
 class _Event(msgspec.Struct, gc=False):
     # defaults are not None so that columns come out of C loops; an explicit null takes the slow path
     cat: str | None = ""
-    name: str | None = ""
-    pid: int | str | None = NO_ID
-    tid: int | str | None = NO_ID
-    ts: float | None = 0.0
-    dur: float | None = 0.0
+    name: Scalar = ""
+    pid: Scalar = NO_ID
+    tid: Scalar = NO_ID
+    ts: Scalar = 0.0
+    dur: Scalar = 0.0
     args: _Args | None = None
 
 
-class _DistributedInfo(msgspec.Struct):
-    rank: int | str | None = None
+class _LooseEvent(msgspec.Struct, gc=False):
+    """Any JSON value in any field: only for slices the typed decoder refused."""
+
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = NO_ID
+    tid: Any = NO_ID
+    ts: Any = 0.0
+    dur: Any = 0.0
+    args: Any = None
 
 
 class _Document(msgspec.Struct):
     traceEvents: msgspec.Raw = msgspec.Raw(b"")
-    distributedInfo: _DistributedInfo | None = None
+    distributedInfo: Any = None
     hip_runtime_version: Any = None
     roctracer_version: Any = None
     cuda_runtime_version: Any = None
@@ -75,6 +92,13 @@ class _Document(msgspec.Struct):
 
 
 _EVENTS = msgspec.json.Decoder(list[_Event])
+_LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
+
+
+class _Batch(list):
+    """One decoded slice of events, with the position of its first event in the file's array."""
+
+    offset: int = 0
 
 
 def read_kineto(path: str, data: bytes | bytearray, keep_frame: Callable[[str], bool] | None = None) -> TraceTables:
@@ -91,7 +115,10 @@ def read_kineto(path: str, data: bytes | bytearray, keep_frame: Callable[[str], 
     count = 0
     for batch in _decode_slices(path, events):
         count += len(batch)
-        _add_batch(batch, builders, keep)
+        try:
+            _add_batch(batch, builders, keep)
+        except _BadValue as exc:
+            raise HarnessInputError(f"{path}: {exc.where(batch)}") from None
     if count == 0:
         raise HarnessInputError(f"{path}: empty traceEvents: the profiler recorded no events")
     tables = {key: builder.frame() for key, builder in builders.items()}
@@ -120,6 +147,8 @@ def _split_document(path: str, data: bytes | bytearray) -> tuple[_Document, memo
         raise HarnessInputError(f"{path}: not valid JSON: {exc}") from None
     except msgspec.ValidationError as exc:
         raise HarnessInputError(f"{path}: unexpected trace metadata: {exc}") from None
+    except RecursionError:
+        raise HarnessInputError(f"{path}: not a trace: JSON nested too deeply") from None
     events = memoryview(document.traceEvents)
     if not events:
         raise HarnessInputError(f"{path}: not a Kineto trace: no traceEvents array")
@@ -128,24 +157,52 @@ def _split_document(path: str, data: bytes | bytearray) -> tuple[_Document, memo
     return document, events
 
 
-def _decode_slices(path: str, array: memoryview) -> Iterator[list[_Event]]:
+def _decode_slices(path: str, array: memoryview) -> Iterator[_Batch]:
     """Decode a JSON array of events a few MB at a time, cutting only between events."""
     start, end = 1, len(array) - 1  # inside the brackets
+    offset = 0
     while start < end:
         search_from = start + SLICE_BYTES
+        retries = 0
         while True:
             cut = _EVENT_BOUNDARY.search(array, search_from, end) if search_from < end else None
+            if cut is not None and retries >= MAX_CUT_RETRIES:
+                cut = None  # give up cutting: decode the rest in one piece
             stop = cut.start() + 1 if cut else end
+            text = b"".join((b"[", array[start:stop], b"]"))
             try:
-                yield _EVENTS.decode(b"".join((b"[", array[start:stop], b"]")))
+                batch = _Batch(_decode(path, text, offset))
                 break
-            except msgspec.ValidationError as exc:
-                raise HarnessInputError(f"{path}: unexpected event field: {exc}") from None
             except msgspec.DecodeError as exc:
                 if cut is None:  # the document validated, so only a wrong cut gets here
                     raise HarnessInputError(f"{path}: not valid JSON: {exc}") from None
                 search_from = cut.end()
+                retries += 1
+            except RecursionError:
+                raise HarnessInputError(f"{path}: not a trace: an event nested too deeply") from None
+        batch.offset = offset
+        offset += len(batch)
+        yield batch
         start = cut.end() - 1 if cut else end
+
+
+def _decode(path: str, text: bytes, offset: int) -> list[_Event] | list[_LooseEvent]:
+    try:
+        return _EVENTS.decode(text)
+    except msgspec.ValidationError:
+        pass
+    try:
+        return [_loose_event(e) for e in _LOOSE_EVENTS.decode(text)]
+    except msgspec.ValidationError as exc:  # an element that is not an object
+        message = _SLICE_POSITION.sub(lambda m: f"$[{int(m.group(1)) + offset}]", str(exc))
+        raise HarnessInputError(f"{path}: unexpected event: {message}") from None
+
+
+def _loose_event(e: _LooseEvent) -> _LooseEvent:
+    """An event the typed decoder refused: a category that is not a string routes nowhere."""
+    if not isinstance(e.cat, str):
+        e.cat = ""
+    return e
 
 
 # Kineto category -> the table its events go to.
@@ -162,37 +219,38 @@ def _add_batch(batch: list[_Event], builders: dict[str, _TableBuilder], keep_fra
     routed = _route(batch)
     annotations = routed["annotation"] + _kept_frames(routed["frame"], keep_frame)
     if gpu := routed["gpu"]:
-        args = [e.args or _NO_ARGS for e in gpu]
+        args = _args_of(gpu)
+        graph_id = _int_column(args, "graph_id", gpu, "graph id").astype(np.float64)
+        graph_id[graph_id <= 0] = np.nan  # CUPTI: graph id 0 = not in a graph; -1 = not given
         builders["gpu"].add(
-            name=_column(gpu, "name", object, ""),
+            name=_name_column(gpu),
             kind=[GPU_OP_KIND_OF_CATEGORY[e.cat] for e in gpu],
-            ts=_column(gpu, "ts", np.float64, 0.0),
-            dur=_column(gpu, "dur", np.float64, 0.0),
-            correlation=_column(args, "correlation", np.int64, NO_ID),
+            ts=_float_column(gpu, "ts"),
+            dur=_float_column(gpu, "dur"),
+            correlation=_int_column(args, "correlation", gpu),
             pid=np.full(len(gpu), NO_ID),  # a GPU event's pid is its device, not the host process
-            device=_column(args, "device", np.int64, NO_ID),
-            stream=_column(args, "stream", np.int64, NO_ID),
-            graph_id=[a.graph_id or np.nan for a in args],  # CUPTI: graph id 0 = not in a graph
+            device=_int_column(args, "device", gpu),
+            stream=_int_column(args, "stream", gpu),
+            graph_id=graph_id,
         )
     if runtime := routed["runtime"]:
-        args = [e.args or _NO_ARGS for e in runtime]
         builders["runtime"].add(
-            name=_column(runtime, "name", object, ""),
+            name=_name_column(runtime),
             pid=_id_column(runtime, "pid"),
             tid=_id_column(runtime, "tid"),
-            ts=_column(runtime, "ts", np.float64, 0.0),
-            dur=_column(runtime, "dur", np.float64, 0.0),
-            correlation=_column(args, "correlation", np.int64, NO_ID),
+            ts=_float_column(runtime, "ts"),
+            dur=_float_column(runtime, "dur"),
+            correlation=_int_column(_args_of(runtime), "correlation", runtime),
         )
     for key, events in (("annotation", annotations), ("cpu_op", routed["cpu_op"])):
         if events:
             builders[key].add(
-                name=_column(events, "name", object, ""),
+                name=_name_column(events),
                 kind=[ANNOTATION_KIND_OF_CATEGORY.get(e.cat, "cpu_op") for e in events],
                 pid=_id_column(events, "pid"),
                 tid=_id_column(events, "tid"),
-                ts=_column(events, "ts", np.float64, 0.0),
-                dur=_column(events, "dur", np.float64, 0.0),
+                ts=_float_column(events, "ts"),
+                dur=_float_column(events, "dur"),
             )
 
 
@@ -209,23 +267,142 @@ def _route(batch: list[_Event]) -> dict[str, list[_Event]]:
 
 
 _CATEGORY = operator.attrgetter("cat")
+_INT64_MIN, _INT64_MAX, _UINT64_END = -(1 << 63), (1 << 63) - 1, 1 << 64
+# How writers spell a null pointer or an absent id in a string field.
+_NULL_STRINGS = frozenset({"", "(nil)", "null", "none", "nullptr"})
 
 
-def _column(items: list, attribute: str, dtype, missing) -> np.ndarray:
-    """One attribute of every item as an array: a C loop, or a Python one if some value is null."""
-    getter = operator.attrgetter(attribute)
-    try:
-        return np.fromiter(map(getter, items), dtype=dtype, count=len(items))
-    except (TypeError, ValueError):
-        return np.array([missing if (v := getter(item)) is None else v for item in items], dtype=dtype)
+class _BadValue(Exception):
+    """A field a table needs holds a value no writer produces; says which event and field."""
+
+    def __init__(self, event: Any, field: str, value: Any, expected: str) -> None:
+        self.event, self.field, self.value, self.expected = event, field, value, expected
+
+    def where(self, batch: _Batch) -> str:
+        position = next((i for i, e in enumerate(batch) if e is self.event), None)
+        at = f"event {batch.offset + position}" if position is not None else "an event"
+        name = self.event.name if isinstance(self.event.name, str) else ""
+        label = f" ({self.event.cat} {name[:60]!r})" if name else f" ({self.event.cat})"
+        shown = msgspec.json.encode(self.value).decode("utf-8", "replace")
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        return f"{at}{label}: {self.field} is {shown}, expected {self.expected}"
 
 
-def _id_column(events: list[_Event], attribute: str) -> np.ndarray:
+def _args_of(events: list) -> list[_Args]:
+    """Each event's args as `_Args` (a loose event may hold a plain dict, or something else)."""
+    out = []
+    for e in events:
+        args = e.args
+        if args is None:
+            out.append(_NO_ARGS)
+        elif type(args) is _Args:
+            out.append(args)
+        elif isinstance(args, dict):
+            out.append(_Args(args.get("correlation"), args.get("device"), args.get("stream"), args.get("graph id")))
+        else:
+            raise _BadValue(e, "args", args, "an object")
+    return out
+
+
+def _values(items: list, attribute: str) -> tuple[list, set[type]]:
+    values = list(map(operator.attrgetter(attribute), items))
+    return values, set(map(type, values))
+
+
+def _float_column(events: list, attribute: str) -> np.ndarray:
+    """Times (us): numbers, or numbers written as strings; missing is 0."""
+    values, types = _values(events, attribute)
+    if types <= {float, int}:
+        column = np.fromiter(values, dtype=np.float64, count=len(values))
+    else:
+        column = np.array([_as_float(v, e, attribute) for v, e in zip(values, events)], dtype=np.float64)
+    if not np.isfinite(column).all():
+        i = int(np.flatnonzero(~np.isfinite(column))[0])
+        raise _BadValue(events[i], attribute, values[i], "a finite number of microseconds")
+    return column
+
+
+def _as_float(value: Any, event: Any, field: str) -> float:
+    if value is None:
+        return 0.0
+    if type(value) in (int, float):
+        return float(value)
+    if type(value) is str:
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise _BadValue(event, field, value, "a number of microseconds")
+
+
+def _int_column(args: list[_Args], attribute: str, events: list, field: str | None = None) -> np.ndarray:
+    """Ids (correlation, device, stream, graph id): ints, hex or decimal strings, integral
+    floats; a null pointer (`"0x0"` is 0, `"(nil)"`) or a missing value is NO_ID where absent."""
+    values, types = _values(args, attribute)
+    if types == {int}:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            pass
+    name = f"args.{field or attribute}"
+    return np.array([_as_int(v, e, name) for v, e in zip(values, events)], dtype=np.int64)
+
+
+def _as_int(value: Any, event: Any, field: str) -> int:
+    kind = type(value)
+    if value is None:
+        return NO_ID
+    if kind is int:
+        number = value
+    elif kind is float and value.is_integer():
+        number = int(value)
+    elif kind is str:
+        text = value.strip().lower()
+        if text in _NULL_STRINGS:
+            return NO_ID
+        try:
+            number = int(text, 16) if text.startswith(("0x", "-0x")) else int(text, 10)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                raise _BadValue(event, field, value, "an integer (a number, or a decimal or hex string)") from None
+            if not as_float.is_integer():
+                raise _BadValue(event, field, value, "an integer") from None
+            number = int(as_float)
+    else:
+        raise _BadValue(event, field, value, "an integer (a number, or a decimal or hex string)")
+    if _INT64_MAX < number < _UINT64_END:  # an unsigned 64-bit id (a pointer): same bits, signed
+        number -= _UINT64_END
+    if not _INT64_MIN <= number <= _INT64_MAX:
+        raise _BadValue(event, field, value, "an integer of at most 64 bits")
+    return number
+
+
+def _name_column(events: list) -> np.ndarray:
+    values, types = _values(events, "name")
+    if types == {str}:
+        return np.array(values, dtype=object)
+    return np.array([_as_name(v, e) for v, e in zip(values, events)], dtype=object)
+
+
+def _as_name(value: Any, event: Any) -> str:
+    if value is None:
+        return ""
+    if type(value) in (str, int, float):
+        return str(value)
+    raise _BadValue(event, "name", value, "a string")
+
+
+def _id_column(events: list, attribute: str) -> np.ndarray:
     """pid/tid: ints as they are; the rare string id (`"Spans"`) gets a stable negative number."""
-    try:
-        return np.fromiter(map(operator.attrgetter(attribute), events), dtype=np.int64, count=len(events))
-    except (TypeError, ValueError):
-        return np.array([_string_id(getattr(e, attribute)) for e in events], dtype=np.int64)
+    values, types = _values(events, attribute)
+    if types == {int}:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            pass
+    return np.array([_string_id(v, e, attribute) for v, e in zip(values, events)], dtype=np.int64)
 
 
 _NO_ARGS = _Args()
@@ -235,7 +412,7 @@ _STRING_IDS: dict[str, int] = {}
 def _kept_frames(frames: list[_Event], keep_frame: Callable[[str], bool] | None) -> list[_Event]:
     if keep_frame is None or not frames:
         return frames
-    local, distinct = pd.factorize(_column(frames, "name", object, ""))
+    local, distinct = pd.factorize(_name_column(frames))
     keep = np.array([keep_frame(name) for name in distinct] + [False])
     return [frames[i] for i in np.flatnonzero(keep[local])]
 
@@ -252,12 +429,17 @@ def _memoized(predicate: Callable[[str], bool]) -> Callable[[str], bool]:
     return cached
 
 
-def _string_id(value: int | str | None) -> int:
+def _string_id(value: Any, event: Any, field: str) -> int:
+    kind = type(value)
     if value is None:
         return NO_ID
-    if type(value) is int:
+    if kind is float and value.is_integer():
+        value, kind = int(value), int
+    if kind is int and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    return _STRING_IDS.setdefault(value, -2 - len(_STRING_IDS))
+    if kind in (str, int, float):
+        return _STRING_IDS.setdefault(str(value), -2 - len(_STRING_IDS))
+    raise _BadValue(event, field, value, "a number or a string")
 
 
 class _TableBuilder:
@@ -290,10 +472,11 @@ class _TableBuilder:
 
 def _rank(document: _Document) -> int | None:
     info = document.distributedInfo
-    if info is None or info.rank is None:
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, bool) or not isinstance(rank, (int, str)):
         return None
     try:
-        return int(info.rank)
+        return int(rank)
     except ValueError:
         return None
 

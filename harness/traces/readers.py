@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,27 @@ from harness.traces.model import TraceTables
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
 _READ_BYTES = 64 << 20
+# A JSON trace compresses 10-30x (the real ones in ../shared/traces: 12-21x); a gzip bomb of
+# zeros ~1000x. Decompression stops past this ratio (above a floor for small files) or past
+# HARNESS_MAX_TRACE_BYTES, so that a hostile file costs bounded memory and time.
+MAX_GZIP_RATIO = 200
+RATIO_FLOOR_BYTES = 256 << 20
+MAX_BYTES_ENV = "HARNESS_MAX_TRACE_BYTES"
+
+
+def max_trace_bytes() -> int:
+    """The largest trace (decompressed) the readers accept: $HARNESS_MAX_TRACE_BYTES, else half
+    the machine's memory (the reader holds the bytes and the columns at once)."""
+    value = os.environ.get(MAX_BYTES_ENV)
+    if value:
+        try:
+            return max(int(value), 1)
+        except ValueError:
+            raise HarnessInputError(f"${MAX_BYTES_ENV}: expected a number of bytes, got {value!r}") from None
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError):  # pragma: no cover - not Linux
+        return 16 << 30
 
 
 def read_trace(path: str | Path, keep_frame: Callable[[str], bool] | None = None) -> TraceTables:
@@ -48,29 +70,46 @@ def _head(name: str) -> bytes:
 def _read_all(name: str) -> bytes:
     try:
         with open(name, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            limit = max_trace_bytes()
+            if size > limit:
+                raise HarnessInputError(
+                    f"{name}: {size} bytes, over the limit of {limit} (set ${MAX_BYTES_ENV} to read larger traces)"
+                )
             return f.read()
     except OSError as exc:
         raise HarnessInputError(f"{name}: cannot read: {exc.strerror or exc}") from None
 
 
 def _gunzip(name: str) -> bytearray:
-    """Decompress into one buffer sized from the gzip trailer, so the file is never held twice."""
+    """Decompress into one buffer sized from the gzip trailer, so the file is never held twice.
+    The trailer is only a hint (a hostile one may claim 4 GiB): the buffer never exceeds the limit."""
     try:
         with open(name, "rb") as raw:
+            compressed = os.fstat(raw.fileno()).st_size
+            if compressed < 4:
+                raise EOFError
             raw.seek(-4, 2)
             size_hint = int.from_bytes(raw.read(4), "little")  # size mod 2**32
-        buffer = bytearray(max(size_hint, 1 << 20))
+        limit = min(max_trace_bytes(), max(compressed * MAX_GZIP_RATIO, RATIO_FLOOR_BYTES))
+        buffer = bytearray(min(max(size_hint, 1 << 20), limit + 1))
         filled = 0
         with gzip.open(name, "rb") as stream:
             while True:
+                if filled > limit:
+                    raise HarnessInputError(
+                        f"{name}: decompresses to more than {limit} bytes ({compressed} compressed; a trace "
+                        f"compresses at most ~{MAX_GZIP_RATIO}x): a gzip bomb, or set ${MAX_BYTES_ENV}"
+                    )
                 if filled == len(buffer):  # the hint is exact, or the file is over 4 GiB
-                    more = stream.read(_READ_BYTES)
+                    more = stream.read(min(_READ_BYTES, limit + 1 - filled))
                     if not more:
                         break
                     buffer[filled:] = more
                     filled += len(more)
                     continue
-                view = memoryview(buffer)[filled:]
+                # in pieces: the gzip module decompresses each call into a temporary of its size
+                view = memoryview(buffer)[filled : filled + _READ_BYTES]
                 got = stream.readinto(view)
                 view.release()  # the buffer may grow on a later turn
                 if not got:

@@ -6,8 +6,10 @@ import re
 from collections import Counter
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from harness.errors import one_line
 from harness.traces.analysis import TraceAnalysis
 from harness.traces.schema import CountRow, Validity
 
@@ -22,9 +24,14 @@ def short_name(name: str) -> str:
     return head.rsplit("::", 1)[-1] if "::" in head and not head.startswith("aten::") else head
 
 
+def _text(value: object) -> str:
+    """Names from a trace (kernels, labels) as plain text: no rich markup, no control characters."""
+    return escape(one_line(value))
+
+
 def render(analysis: TraceAnalysis, console: Console) -> None:
     for file in analysis.files:
-        console.rule(f"[bold]{file.path}")
+        console.rule(f"[bold]{_text(file.path)}")
         console.print(
             f"format {file.format}, platform {file.platform}, rank {file.rank} (from {file.rank_source}), "
             f"counting {file.validity.subject}"
@@ -38,7 +45,7 @@ def render(analysis: TraceAnalysis, console: Console) -> None:
         _print_facts(combined.validity, combined.graph_launches, combined.kernels_per_graph_launch, console)
         console.print(_counts_table(combined.counts))
     patterns = ", ".join(f"{name}={regex}" for name, regex in analysis.patterns.items())
-    console.print(f"patterns: {patterns}", highlight=False)
+    console.print(f"patterns: {_text(patterns)}", highlight=False)
 
 
 def _print_facts(v: Validity, graph_launches: int, histogram: dict[int, int] | None, console: Console) -> None:
@@ -64,11 +71,11 @@ def _counts_table(rows: list[CountRow]) -> Table:
         by_short_name: Counter[str] = Counter()
         for name, count in r.matched_names.items():
             by_short_name[short_name(name)] += count
-        matched = ", ".join(f"{name} x{count}" for name, count in by_short_name.items())
+        matched = _text(", ".join(f"{name} x{count}" for name, count in by_short_name.items()))
         if not r.known:
-            matched = f"[yellow]unknown: {r.note}[/]"
+            matched = f"[yellow]unknown: {_text(r.note)}[/]"
         table.add_row(
-            r.region, r.unit, r.pattern, str(r.replays), _cell(r.total), _cell(r.per_replay_min),
+            _text(r.region), r.unit, _text(r.pattern), str(r.replays), _cell(r.total), _cell(r.per_replay_min),
             _cell(r.per_replay_median), _cell(r.per_replay_max), _cell(r.time_us), matched,
         )
     return table
@@ -82,4 +89,4 @@ def _cell(value: float | int | None) -> str:
 
 def _print_warnings(warnings: list[str], console: Console) -> None:
     for warning in warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        console.print(f"[yellow]warning:[/] {_text(warning)}", highlight=False)

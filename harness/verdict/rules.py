@@ -822,12 +822,38 @@ def _aa_summary(floor: dict[str, Any], min_gain: float, n: int) -> str:
     return "no false verdict; " + "; ".join(parts)
 
 
+def damage(run: RunDir) -> list[str]:
+    """What is missing from a run directory that says it is complete: planned trials without a
+    trial.json, ok trials whose requests.jsonl lacks measured requests their summary counts. A run
+    cut short on disk (deleted, truncated at a line) must not pass on what is left."""
+    problems = []
+    recorded = {t.dir.resolve() for t in run.trials}
+    for entry in run.run.get("plan") or []:
+        rel = entry.get("dir") if isinstance(entry, dict) else None
+        if isinstance(rel, str) and rel and (run.path / rel).resolve() not in recorded:
+            problems.append(f"planned trial {rel} has no trial.json")
+    for trial in run.trials:
+        if not trial.ok:
+            continue
+        expected = trial.summary.get("requests")
+        if not (trial.dir / "requests.jsonl").exists():
+            problems.append(f"{trial.name}: requests.jsonl is missing")
+        elif expected is not None and len(trial.requests) != expected:
+            problems.append(f"{trial.name}: requests.jsonl holds {len(trial.requests)} measured request(s), "
+                            f"trial.json counts {expected:g}")
+    return problems
+
+
 def evaluate_run(run: RunDir) -> CheckResults:
     rules: list[RuleResult] = []
     if not run.complete:
         rules.append(RuleResult("run_complete", "validity", "every planned trial ran", INCONCLUSIVE,
                                 f"the run is {run.run.get('status', 'unknown')}: {run.run.get('error') or 'not every trial ran'}",
                                 {}, {}))
+    if problems := damage(run):
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        rules.append(RuleResult("run_intact", "validity", "every recorded piece of the run is on disk", INCONCLUSIVE,
+                                f"{problems[0]}{more}", {}, {"problems": problems}))
     if run.aa:
         rules.append(evaluate_aa_noise(run))
         for check in run.scenario.checks:

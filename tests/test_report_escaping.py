@@ -1,0 +1,191 @@
+"""Every string a run directory carries reaches the HTML report as text, never as markup.
+
+A hand-built run (tests/test_report.py's, with real CPU profiler traces) gets script and
+attribute-breaking payloads planted in each source the report shows: the scenario (name,
+descriptions, flags, environment, patches, interpreter), the server (server_info keys and values,
+the command, error messages), the traces (op names inside the trace files, trace file names,
+region and pattern names, analysis warnings and errors), the results (rule names, reasons,
+descriptions, parameters, preconditions), the environment, and file and directory names (a trial
+directory named `javascript:...`). The page is then opened in Chromium: no script runs, no element
+or event handler is injected, no link leads anywhere but into the run directory or to
+ui.perfetto.dev, nothing is fetched, and the payloads are shown as the literal text they are.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from html import escape
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.report import build_report
+from harness.traces import analyze_traces
+from test_report import make_run_dir
+from test_report_browser import browser, open_report  # noqa: F401 - the fixture is used by name
+
+SCRIPT = "<script>window.__pwned='script'</script>"
+ATTRIBUTE = "\"><img src=x onerror=\"window.__pwned='img'\">"
+SINGLE = "'><svg onload=window.__pwned='svg'>"
+SCHEME = "javascript:window.__pwned='link'"
+PAYLOADS = (SCRIPT, ATTRIBUTE, SINGLE)
+
+
+def plant(run_dir: Path) -> Path:
+    """Payloads in every source of the hand-built run; returns the run directory."""
+    scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    scenario["name"] = f"tiny{SCRIPT}"
+    scenario["description"] = f"scenario {ATTRIBUTE} {SINGLE}"
+    for variant, spec in scenario["variants"].items():
+        spec["description"] = f"{variant} {SCRIPT}{ATTRIBUTE}"
+        spec.setdefault("args", {})["--note"] = SINGLE
+        spec["env"] = {f"K{ATTRIBUTE}": SCRIPT}
+        spec["patches"] = [SCRIPT]
+        spec["pythonpath"] = [ATTRIBUTE]
+        spec["python"] = SCHEME
+    scenario["regions"] = {"rules": [{"name": f"R{SCRIPT}", "regex": "step\\[DECODE"}]}
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    for trial_dir in sorted((run_dir / "trials").iterdir()):
+        info = json.loads((trial_dir / "trial.json").read_text())
+        info["command"] += f" --flag '{SCRIPT}'"
+        info["server_info"] = {f"key{ATTRIBUTE}": SINGLE, "version": SCRIPT}
+        if info["kind"] == "profiled":
+            # op names inside the trace file, and a trace file whose name is a payload
+            old = trial_dir / info["traces"][0]
+            events = json.loads(gzip.decompress(old.read_bytes()))
+            for event in events["traceEvents"]:
+                if event.get("name") == "aten::relu":
+                    event["name"] = f"aten::{SCRIPT}"
+                elif event.get("name") == "aten::mm":
+                    event["name"] = f"aten::mm{ATTRIBUTE}"
+            new = old.with_name(f"{SINGLE.replace('/', '')}-TP-0.trace.json.gz")
+            new.write_bytes(gzip.compress(json.dumps(events).encode()))
+            old.unlink()
+            info["traces"] = [f"profile/{new.name}"]
+            doc = analyze_traces([new]).to_json_dict()
+            for file in doc["files"]:
+                file["validity"]["warnings"].append(f"warning {SCRIPT}")
+                file["regions"][f"REGION{ATTRIBUTE}"] = next(iter(file["regions"].values()))
+            analysis["trials"][trial_dir.name] = doc
+        else:
+            info.update(status="failed", error=f"server said {SCRIPT}{ATTRIBUTE}")
+        (trial_dir / "trial.json").write_text(json.dumps(info))
+        (trial_dir / "server.log").write_text(f"log {SCRIPT}\n")
+    analysis["errors"] = {f"trial{SINGLE}": f"analysis failed {SCRIPT}"}
+    (run_dir / "analysis.json").write_text(json.dumps(analysis))
+
+    # a trial directory named like a URL scheme, listed in the plan
+    linked = run_dir / SCHEME
+    shutil.copytree(sorted((run_dir / "trials").iterdir())[-1], linked)
+    run = json.loads((run_dir / "run.json").read_text())
+    run["plan"].append({"index": 99, "variant": f"v{SCRIPT}", "kind": "timed", "repetition": 0, "dir": SCHEME})
+    run["error"] = f"stopped {ATTRIBUTE}"
+    run["status"] = "incomplete"
+    (run_dir / "run.json").write_text(json.dumps(run))
+
+    results = json.loads((run_dir / "results.json").read_text())
+    for rule in results["rules"]:
+        rule["name"] += SCRIPT
+        rule["reason"] = f"reason {ATTRIBUTE}"
+        rule["description"] = f"description {SINGLE}"
+        rule["params"]["pattern"] = f"softmax{SCRIPT}"
+        rule["preconditions"] = [{"what": f"what {SCRIPT}", "ok": False, "detail": f"detail {ATTRIBUTE}"}]
+        rule["verdict"] = "FAIL"
+    results["verdict"], results["exit_code"], results["scenario"] = "FAIL", 1, f"tiny{SINGLE}"
+    (run_dir / "results.json").write_text(json.dumps(results))
+
+    env = json.loads((run_dir / "environment.json").read_text())
+    env[f"host{ATTRIBUTE}"] = SCRIPT
+    env["variants"] = {"baseline": {"sglang": SINGLE}}
+    (run_dir / "environment.json").write_text(json.dumps(env))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> Path:
+    run_dir = plant(make_run_dir(tmp_path_factory.mktemp("escaping")))
+    build_report(run_dir)
+    return run_dir
+
+
+class _Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.handlers: list[tuple[str, str]] = []
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.handlers += [(tag, name) for name, _ in attrs if name.lower().startswith("on")]
+        self.hrefs += [value for name, value in attrs if name in ("href", "xlink:href", "src") and value is not None]
+
+
+def _link_is_safe(href: str) -> bool:
+    return href.startswith(("./", "#")) or href == "https://ui.perfetto.dev"
+
+
+def test_the_page_source_has_no_injected_markup(planted):
+    page = (planted / "index.html").read_text()
+    parsed = _Elements()
+    parsed.feed(page)
+    assert not {"script", "img", "iframe", "object", "embed", "link", "base", "form"} & set(parsed.tags)
+    assert parsed.handlers == []
+    bad = [h for h in parsed.hrefs if not _link_is_safe(h) and not h.startswith("#f")]  # #fN-...: SVG ids
+    assert bad == []
+    assert f'href="./{escape(SCHEME)}/server.log"' in page  # the scheme-named directory is linked as a file path
+
+
+def test_no_script_runs_no_element_is_injected_nothing_is_fetched(browser, planted):  # noqa: F811
+    html = planted / "index.html"
+    page, requests, problems = open_report(browser, html)
+    try:
+        assert problems == [], problems  # a blocked inline script or handler would be logged here
+        assert requests == [html.as_uri()]
+        assert page.evaluate("() => window.__pwned") is None
+        counts = page.evaluate("""() => ({
+            scripts: document.querySelectorAll('script').length,
+            images: document.querySelectorAll('img, image, iframe, object, embed, link').length,
+            handlers: [...document.querySelectorAll('*')].filter(e => [...e.attributes].some(
+                a => a.name.toLowerCase().startsWith('on'))).length,
+            hrefs: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
+        })""")
+        assert (counts["scripts"], counts["images"], counts["handlers"]) == (0, 0, 0)
+        assert all(_link_is_safe(h) for h in counts["hrefs"]), [h for h in counts["hrefs"] if not _link_is_safe(h)]
+        # clicking the scheme-named link navigates to a file, and runs nothing
+        link = page.query_selector(f'a[href="./{SCHEME}/server.log"]')
+        assert link is not None
+        # the payloads are on the page as text, from every kind of source
+        text = page.evaluate("() => document.body.textContent")  # collapsed details included
+        svg_text = page.evaluate("() => [...document.querySelectorAll('svg text')].map(t => t.textContent).join(' ')")
+        for needle in (
+            f"tiny{SINGLE}",                          # the scenario's name in results.json
+            f"scenario {ATTRIBUTE}",                  # the scenario's description
+            f"baseline {SCRIPT}{ATTRIBUTE}",          # variant description
+            f"server said {SCRIPT}{ATTRIBUTE}",       # a trial's error message
+            f"reason {ATTRIBUTE}",                    # a rule's reason
+            f"what {SCRIPT}",                         # a precondition
+            f"detail {ATTRIBUTE}",
+            f"analysis failed {SCRIPT}",              # an analysis error
+            f"warning {SCRIPT}",                      # an analysis warning
+            f"stopped {ATTRIBUTE}",                   # the run's error
+            f"aten::{SCRIPT}",                        # an op name from inside a trace file
+        ):
+            assert needle in text, needle
+        assert SINGLE.replace("/", "") + "-TP-0.trace.json.gz" in text  # a trace file name
+        assert f"softmax{SCRIPT}" in svg_text  # a pattern name (results.json), as text inside a figure
+    finally:
+        page.close()
+    # nothing ran after a while either (an onload/onerror fires late)
+    page, _, problems = open_report(browser, html)
+    try:
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.__pwned") is None and problems == []
+    finally:
+        page.close()
