@@ -210,7 +210,8 @@ def test_newer_fields_are_tolerated_and_the_run_mode_is_kept(real_run, tmp_path)
     (copy / "results.json").write_text(json.dumps(results))
     record = read_run(copy)
     assert record.status == "complete" and record.mode == "interleaved"
-    assert record.key != read_run(real_run).key or record.fingerprint != read_run(real_run).fingerprint
+    original = read_run(real_run)
+    assert record.key == original.key and record.fingerprint != original.fingerprint  # the same run, changed
 
 
 # ---- series, change points and the gate, through the command line ------------------------------
@@ -283,6 +284,17 @@ def test_an_empty_database_is_inconclusive_and_bad_input_is_one_line(tmp_path):
         done = harness("history", *args)
         assert done.returncode == 2, (args, done.stderr)
         assert where in done.stderr and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_database_urls(tmp_path, monkeypatch):
+    monkeypatch.delenv(db.DB_ENV, raising=False)
+    assert db.database_url("postgresql://ci:secret@db.example/history") == \
+        "postgresql+psycopg://ci:secret@db.example/history"
+    assert db.display_url("postgresql+psycopg://ci:secret@db.example/history") == \
+        "postgresql+psycopg://ci:***@db.example/history"
+    assert db.database_url(tmp_path / "sub" / "h.sqlite") == f"sqlite:///{tmp_path / 'sub' / 'h.sqlite'}"
+    monkeypatch.setenv(db.DB_ENV, str(tmp_path / "env.sqlite"))
+    assert db.database_url(None) == f"sqlite:///{tmp_path / 'env.sqlite'}"
 
 
 def test_a_database_from_a_newer_harness_is_refused(tmp_path):

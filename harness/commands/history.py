@@ -110,10 +110,10 @@ def _report(args: argparse.Namespace) -> int:
     options = Options(max_pvalue=args.max_pvalue, permutations=args.permutations, min_size=args.min_size,
                       min_magnitude=args.min_magnitude, seed=args.seed)
     facts = history_facts(engine, options, max_regression=args.max_regression,
-                          database=display_url(engine.url.render_as_string(hide_password=True)))
+                          database=display_url(engine.url.render_as_string(hide_password=False)))
     page = write_trend_page(facts, args.out)
     if args.json:
-        print(json.dumps(facts, indent=2))
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
         return facts["exit_code"]
     runs = facts["runs"]
     print(f"{runs['complete']} complete runs ({runs['incomplete']} incomplete, {runs['damaged']} damaged), "

@@ -122,10 +122,10 @@ def load_series(engine: Engine, options: Options) -> list[Series]:
             run = runs[run_id]
             key = (run["scenario"] or "?", bool(run["aa"]), run["mode"], variant, metric, run["hardware"])
             grouped[key].append((run, value))
-    order = list(runs)  # start-time order
+    position = {run_id: i for i, run_id in enumerate(runs)}  # start-time order
     out = []
     for key, members in grouped.items():
-        members.sort(key=lambda m: order.index(m[0]["id"]))
+        members.sort(key=lambda m: position[m[0]["id"]])
         points = [Point(run=r["name"], run_key=r["run_key"], started=r["started"], value=v,
                         sglang_commit=r["sglang_commit"], harness_commit=r["harness_commit"], report=r["report"])
                   for r, v in members]

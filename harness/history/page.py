@@ -181,6 +181,6 @@ def write_trend_page(facts: dict[str, Any], out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     page = out_dir / "index.html"
-    _write_atomic(out_dir / "history.json", json.dumps(facts, indent=2) + "\n")
+    _write_atomic(out_dir / "history.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
     _write_atomic(page, render_trend_page(facts, out_dir))
     return page
