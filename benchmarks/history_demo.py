@@ -12,7 +12,7 @@ runs, so both series see the same machine over the same time. Then
 and the check: a change point in the candidate's TPOT (and the TPOT ratio) series exactly at run
 `--change-at`, and no change point in any A/A series.
 
-    .venv/bin/python benchmarks/history_demo.py                     # 12 + 12 runs, ~20 min on 2 CPUs
+    .venv/bin/python benchmarks/history_demo.py                     # 12 + 12 runs, ~20-25 min on 2 CPUs
     .venv/bin/python benchmarks/history_demo.py --analyse-only      # the report of runs already made
     .venv/bin/python benchmarks/history_demo.py --screenshot docs/history-screenshot.png
 
@@ -36,7 +36,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 NAME = "history_demo"
 
-# Small and fast (8 server launches, ~40 s per run on 2 shared CPUs), both variants, a profiled
+# Small and fast (8 server launches, ~45 s per run on 2 shared CPUs), both variants, a profiled
 # trial each so that kernel counts enter the history too. No TPOT rule: every run PASSes its own
 # checks, and only the history sees the slowdown.
 SCENARIO = {
@@ -51,7 +51,7 @@ SCENARIO = {
         "baseline": {"description": "softmax + top-1 in the draft", "args": {"--disable-topk1-fast-path": True}},
         "candidate": {"description": "argmax in the draft (the topk==1 fast path)", "args": {}},
     },
-    "workload": {"num_requests": 8, "input_len": 32, "output_len": 32, "concurrency": 8, "warmup_requests": 2},
+    "workload": {"num_requests": 16, "input_len": 32, "output_len": 48, "concurrency": 8, "warmup_requests": 2},
     "trials": {"repetitions": 3, "profiled": 1},
     "profile": {"num_steps": 6, "activities": ["CPU"]},
     "checks": [
@@ -96,8 +96,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=12, help="runs in the planted series (default 12)")
     parser.add_argument("--change-at", type=int, default=7, help="first run (1-based) with the slowdown (default 7)")
     parser.add_argument("--aa-runs", type=int, default=12, help="A/A runs (default 12)")
-    parser.add_argument("--delay-us", type=int, default=12000,
-                        help="planted busy-wait per draft-decode cycle, us (default 12000: ~+30%% TPOT here)")
+    # A cycle of the batch of 8 takes ~35 ms on this VM: 25 ms more is ~+70% TPOT, large enough to
+    # stand out of a shared 2-CPU machine's run-to-run noise (a run's median TPOT varies by up to 2x).
+    parser.add_argument("--delay-us", type=int, default=25000,
+                        help="planted busy-wait per draft-decode cycle, us (default 25000: ~+70%% TPOT here)")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "runs", help="run directories (default reports/runs)")
     parser.add_argument("--db", default=str(REPO / "reports" / "history.sqlite"))
     parser.add_argument("--page", type=Path, default=REPO / "reports" / "history", help="trend page folder")

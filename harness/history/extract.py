@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -300,7 +299,3 @@ def _kernel_counts(record: RunRecord, analysis: Any, trials: dict[str, dict[str,
                         "replays": row.get("replays"), "total": row.get("total"),
                         "per_replay_min": row.get("per_replay_min"), "per_replay_max": row.get("per_replay_max"),
                     })
-
-
-def median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None

@@ -34,7 +34,7 @@ def series_figure(values: Sequence[float], change_points: Sequence[tuple[int, bo
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_xlabel("run (oldest first)", fontsize=8)
         ax.set_xlim(0.5, max(len(values), 1) + 0.5)
-        figures._integer_ticks(ax)
+        figures.integer_ticks(ax)
         low, high = min(values), max(values)
         if low == high:  # a flat series: give it some room instead of a zero-height axis
             pad = abs(low) * 0.1 or 1.0

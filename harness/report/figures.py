@@ -92,6 +92,10 @@ STYLE = _RC
 new_figure = _new
 
 
+def integer_ticks(ax) -> None:
+    _integer_ticks(ax)
+
+
 def _two_lines(region: str) -> str:
     """`DRAFT_DECODE` -> `DRAFT\nDECODE`, so that neighbouring tick labels do not collide."""
     return region.replace("_", "\n", 1)
