@@ -72,16 +72,18 @@ def synthetic(seeds: int, length: int = 24, at: int = 12) -> list[dict]:
     return series
 
 
-def demo_series() -> list[dict]:
-    path = REPO / "benchmarks" / "history_demo.json"
-    if not path.exists():
-        return []
-    demo = json.loads(path.read_text())
+def demo_series(paths: list[Path]) -> list[dict]:
+    """The real series of history_demo.py runs (its JSON output): the candidate's are planted."""
     out = []
-    for name, values in demo.get("series_values", {}).items():
-        planted = [demo["change_at"] - 1] if "[A/A]" not in name and "candidate" in name.split(" · ")[1] else []
-        out.append({"family": f"demo: {name.split(' · ', 1)[0]} · {name.split(' · ')[1]} · {name.split(' · ')[2]}",
-                    "values": values, "planted": planted})
+    for path in paths:
+        if not path.exists():
+            continue
+        demo = json.loads(path.read_text())
+        for name, values in demo.get("series_values", {}).items():
+            scenario, variant, metric = name.split(" · ")[:3]
+            planted = [demo["change_at"] - 1] if "[A/A]" not in scenario and "candidate" in variant else []
+            out.append({"family": f"demo {demo['delay_us'] // 1000} ms: {scenario} · {variant} · {metric}",
+                        "values": values, "planted": planted})
     return out
 
 
@@ -95,10 +97,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20, help="series per family (default 20)")
     parser.add_argument("--venv", type=Path, default=Path("/tmp/harness-otava-venv"))
+    parser.add_argument("--demo", type=Path, action="append",
+                        help="history_demo.py JSON output(s) whose series to add (default benchmarks/history_demo.json)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "changepoints_vs_otava.json")
     args = parser.parse_args()
 
-    series = synthetic(args.seeds) + demo_series()
+    series = synthetic(args.seeds) + demo_series(args.demo or [REPO / "benchmarks" / "history_demo.json"])
     options = Options()  # the defaults of `harness history report`
     started = time.monotonic()
     ours = [[cp.index for cp in change_points(s["values"], options)] for s in series]

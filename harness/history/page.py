@@ -27,6 +27,15 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:+.1f}%"
 
 
+def _commits(c: dict[str, Any]) -> str:
+    """`, SGLang a -> b` (or the harness's commits when no SGLang was recorded, e.g. micro runs)."""
+    for label, key in (("SGLang", "sglang_commit"), ("harness", "harness_commit")):
+        if c[f"{key}_before"] or c[f"{key}_after"]:
+            return (f", {label} <code>{esc(_short(c[f'{key}_before']))}</code> → "
+                    f"<code>{esc(_short(c[f'{key}_after']))}</code>")
+    return ""
+
+
 class _Links:
     """Relative links from the page to each run's report (only to reports that exist here)."""
 
@@ -127,8 +136,7 @@ def _series_sections(facts: dict[str, Any], links: _Links) -> str:
                 caption = "; ".join(
                     f"<b>{'regression' if c['regression'] else 'improvement'}</b> {esc(_pct(c['magnitude']))} "
                     f"({esc(fmt(c['before'], 4))} → {esc(fmt(c['after'], 4))}) at run {c['index'] + 1}: "
-                    f"{links.run(c['run'], c['report'])}, SGLang <code>{esc(_short(c['sglang_commit_before']))}</code>"
-                    f" → <code>{esc(_short(c['sglang_commit_after']))}</code>"
+                    f"{links.run(c['run'], c['report'])}{_commits(c)}"
                     for c in cps
                 )
             else:
