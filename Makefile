@@ -21,8 +21,13 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# GNU make exits 2 whenever a recipe fails, whatever the recipe's own status (make can only return
+# 0, 1 for -q, or 2). So the verdict's code is said on the last line; `harness run` returns it.
 profile: $(STAMP)
-	$(BIN)/harness run $(SCENARIO) $(RUN_ARGS)
+	@$(BIN)/harness run $(SCENARIO) $(RUN_ARGS); status=$$?; \
+	if [ $$status -ne 0 ]; then \
+	  echo "make profile: harness run exited $$status (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted); make reports any of them as 2: run '$(BIN)/harness run $(SCENARIO)' for the verdict's own exit code" >&2; \
+	fi; exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache

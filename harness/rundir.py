@@ -105,6 +105,23 @@ class RunDir:
     def aa(self) -> bool:
         return bool(self.run.get("aa"))
 
+    @property
+    def mode(self) -> str:
+        """`restart`, `interleaved` or `sequential` (runs before the warm modes: `restart`)."""
+        return str(self.run.get("mode") or "restart")
+
+    @property
+    def warm(self) -> bool:
+        return self.mode != "restart"
+
+    def launch_number(self, launch_dir: str | None) -> int | None:
+        """A launch's number within its arm (sequential mode: its launch pair), from run.json."""
+        for launch in self.run.get("launches") or []:
+            if isinstance(launch, dict) and launch.get("dir") == launch_dir:
+                number = launch.get("number")
+                return number if isinstance(number, int) else None
+        return None
+
     def trials_of(self, variant: str, kind: str, *, ok_only: bool = True) -> list[Trial]:
         return [t for t in self.trials if t.variant == variant and t.kind == kind and (t.ok or not ok_only)]
 

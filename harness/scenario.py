@@ -31,6 +31,10 @@ DEFAULT_PATTERNS: dict[str, str] = {
 }
 
 
+# Server launches per arm in the warm modes: the fewest that let launch-to-launch spread be measured.
+DEFAULT_LAUNCHES = 2
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -138,8 +142,31 @@ class WorkloadSpec(_Strict):
 
 
 class TrialsSpec(_Strict):
-    repetitions: int = Field(5, ge=1, description="timed trials per variant (one server run = one sample)")
-    profiled: int = Field(1, ge=0, description="profiled trials per variant (structure, not timing)")
+    mode: Literal["restart", "interleaved", "sequential"] = Field(
+        "restart",
+        description="restart: one server launch per sample; interleaved: every launch of every arm stays up and "
+        "the arms take turns, one block of requests each per round; sequential: one server at a time, "
+        "several blocks per launch (for models that cannot share the machine)",
+    )
+    repetitions: int = Field(
+        5, ge=1, description="samples per variant: timed trials (restart) or rounds of blocks (interleaved, sequential)"
+    )
+    block_requests: int | None = Field(
+        None, ge=1, description="warm modes: requests per block (default: workload.num_requests)"
+    )
+    launches: int | None = Field(
+        None,
+        ge=1,
+        description="warm modes: server launches per arm (default 2); with one, a launch-to-launch difference "
+        "cannot be told from the change under test",
+    )
+    servers_up: Literal["all", "pair"] = Field(
+        "all",
+        description="interleaved mode: all = every launch of every arm up at once, the launch serving each arm "
+        "rotating between rounds; pair = one launch per arm up at a time, each launch pair serving a "
+        "contiguous share of the rounds (when only two servers fit on the machine)",
+    )
+    profiled: int = Field(1, ge=0, description="profiled passes per variant (structure, not timing)")
     order: Literal["abba", "random"] = Field(
         "random",
         description="random: each repetition runs the arms in a freshly drawn order (randomised blocks), which "
@@ -148,6 +175,29 @@ class TrialsSpec(_Strict):
     seed: int | None = Field(
         None, description="seed of the random order; null = a new seed per run, recorded in the run's scenario.yaml"
     )
+
+    @property
+    def warm(self) -> bool:
+        """Servers stay up across samples (interleaved or sequential)."""
+        return self.mode != "restart"
+
+    @property
+    def launches_per_arm(self) -> int:
+        """Server launches per arm in the warm modes (restart: one per sample)."""
+        return (self.launches or DEFAULT_LAUNCHES) if self.warm else self.repetitions
+
+    @model_validator(mode="after")
+    def _warm_fields(self) -> "TrialsSpec":
+        for name in ("launches", "block_requests"):
+            if not self.warm and getattr(self, name) is not None:
+                raise _LocatedError(f"trials.{name}", "only for mode interleaved or sequential (restart launches once per sample)")
+        if self.mode != "interleaved" and self.servers_up != "all":
+            raise _LocatedError("trials.servers_up", "only for mode interleaved")
+        if self.warm and self.launches_per_arm > self.repetitions:
+            raise _LocatedError(
+                "trials.launches", f"{self.launches_per_arm} launches per arm but {self.repetitions} repetitions: a launch would run no block"
+            )
+        return self
 
 
 class NsysSpec(_Strict):
@@ -253,9 +303,16 @@ class TpotGainCheck(_Comparison):
 class ExplainedGainCheck(_Comparison):
     kind: Literal["explained_gain"]
     pattern: str = "softmax"
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="of the TPOT interval the ratio's interval comes from")
     regions: list[str] = Field(default_factory=lambda: ["DRAFT_DECODE", "DRAFT_EXTEND"])
-    min_ratio: float | None = Field(None, ge=0, description="optional: measured/predicted saving at least this")
-    max_ratio: float | None = Field(None, ge=0, description="optional: measured/predicted saving at most this")
+    reference_region: str | None = Field(
+        "TARGET_VERIFY",
+        description="a region the change does not touch: each variant's region times are scaled by the baseline's "
+        "time of it over the variant's, which cancels one profiled trial running on a slower machine than the other; "
+        "null: no scaling",
+    )
+    min_ratio: float | None = Field(None, ge=0, description="measured/predicted saving at least this (without either bound the rule is informational: INFO)")
+    max_ratio: float | None = Field(None, ge=0, description="measured/predicted saving at most this (without either bound the rule is informational: INFO)")
 
 
 Check = Annotated[

@@ -52,8 +52,12 @@ def count_row(region: str, unit: str, pattern: str, per_replay: list[int], time_
 
 def file_facts(*, softmax_per_replay: int, replays: int = 10, kernels: int = 500, graph_launches: int | None = None,
                unlabelled: int = 0, mode: str | None = None, rank: int = 0, softmax_us: float = 40.0,
-               cpu: bool = False) -> dict[str, Any]:
-    """One trace file's analysis: DRAFT_DECODE, DRAFT_EXTEND, TARGET_VERIFY, `replays` cycles."""
+               cpu: bool = False, region_us: dict[str, float] | None = None) -> dict[str, Any]:
+    """One trace file's analysis: DRAFT_DECODE, DRAFT_EXTEND, TARGET_VERIFY, `replays` cycles.
+
+    region_us: each region's time per cycle; by default 500 us (draft decode), 300 us (draft
+    extend), 2000 us (target verify) plus the softmax time in them (the fast path's replacement
+    then costs nothing)."""
     unit = "span" if cpu else "graph_launch"
     rows = []
     for region, per in (("DRAFT_DECODE", softmax_per_replay), ("DRAFT_EXTEND", 1 if softmax_per_replay else 0),
@@ -76,6 +80,11 @@ def file_facts(*, softmax_per_replay: int, replays: int = 10, kernels: int = 500
         "regions": {r["region"]: {"unit": unit, "units": replays, "counts": {"softmax": r}} for r in rows},
         "counts": rows, "pattern_totals": [], "top_ops": [],
     }
+    if region_us is None:
+        region_us = {"DRAFT_DECODE": 500.0 + softmax_per_replay * softmax_us,
+                     "DRAFT_EXTEND": 300.0 + (softmax_us if softmax_per_replay else 0.0), "TARGET_VERIFY": 2000.0}
+    facts["region_times"] = {r: {"unit": unit, "instances": replays, "time_us": us * replays,
+                                 "basis": "span_wall" if cpu else "gpu_ops"} for r, us in region_us.items()}
     FileAnalysis.model_validate(facts)  # the planted facts have the real shape
     return facts
 

@@ -10,7 +10,7 @@ import pytest
 from harness.verdict.rules import evaluate_run, overall_verdict
 from harness.commands.cli import main
 from harness.rundir import load_run_dir
-from rundir_factory import Arm, file_facts, write_run_dir
+from rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
 
 rng = np.random.default_rng(7)
 
@@ -34,7 +34,7 @@ def test_a_real_gain_with_clean_traces_passes_every_rule(tmp_path):
     results, rules = rules_by_name(write_run_dir(tmp_path, *good_arms()))
     assert {n: r.verdict for n, r in rules.items()} == {
         "cand_no_softmax_dd": "PASS", "base_softmax_dd": "PASS", "accept": "PASS", "identity": "PASS",
-        "tpot": "PASS", "explained": "PASS",
+        "tpot": "PASS", "explained": "INFO",  # no bounds: informational, and not counted
     }
     assert results.verdict == "PASS" and results.exit_code == 0
     tpot = rules["tpot"].numbers
@@ -167,11 +167,121 @@ def test_accept_length_change_fails(tmp_path):
 
 def test_explained_gain_compares_measured_and_predicted_saving(tmp_path):
     _, rules = rules_by_name(write_run_dir(tmp_path, *good_arms()))
-    n = rules["explained"].numbers
-    # baseline: 2 softmax x 40 us in draft decode + 1 x 40 us in draft extend per cycle, 2.5 tokens/cycle
-    assert n["removed_us_per_cycle"] == pytest.approx(120.0)
+    r = rules["explained"]
+    n = r.numbers
+    # baseline: 2 softmax x 40 us in draft decode + 1 x 40 us in draft extend per cycle, nothing
+    # replaces them (planted), 2.5 tokens/cycle
+    assert n["saving_us_per_cycle"] == pytest.approx(120.0)
+    assert n["regions"]["DRAFT_DECODE"] == pytest.approx(
+        {"baseline_us_per_cycle": 580.0, "candidate_us_per_cycle": 500.0, "saving_us_per_cycle": 80.0})
+    assert n["pattern_removed_us_per_cycle"] == pytest.approx(120.0)
     assert n["predicted_saving_ms"] == pytest.approx(0.048)
     assert n["ratio"] == pytest.approx(n["measured_saving_ms"] / 0.048)
+    assert r.verdict == "INFO" and r.reason.startswith("informational (no bound: set min_ratio or max_ratio to judge it): ")
+
+
+def _with_explained_bounds(**bounds):
+    scenario = json.loads(json.dumps(SCENARIO))
+    next(c for c in scenario["checks"] if c["kind"] == "explained_gain").update(bounds)
+    return scenario
+
+
+def _arms_with_region_times(candidate_decode_us: float) -> tuple[Arm, Arm]:
+    base = Arm(tpot_ms=noisy(10.0), profile=[file_facts(softmax_per_replay=2, region_us={
+        "DRAFT_DECODE": 2500.0, "DRAFT_EXTEND": 1300.0, "TARGET_VERIFY": 2000.0})])
+    cand = Arm(tpot_ms=noisy(9.0), profile=[file_facts(softmax_per_replay=0, region_us={
+        "DRAFT_DECODE": candidate_decode_us, "DRAFT_EXTEND": 1300.0, "TARGET_VERIFY": 2000.0})])
+    return base, cand
+
+
+def test_explained_gain_counts_what_replaced_the_removed_ops(tmp_path):
+    # The softmax (120 us per cycle) is gone, but the regions only got 60 us faster: the argmax
+    # that replaced it costs the rest. The prediction follows the regions, not the pattern.
+    base, cand = _arms_with_region_times(candidate_decode_us=2440.0)
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    n = rules["explained"].numbers
+    assert n["saving_us_per_cycle"] == pytest.approx(60.0)
+    assert n["pattern_removed_us_per_cycle"] == pytest.approx(120.0)
+    assert n["predicted_saving_ms"] == pytest.approx(0.024)
+
+
+def test_explained_gain_passes_inside_its_bounds_and_fails_outside(tmp_path):
+    # measured ~1 ms/token; the regions lost 2500 us per cycle = 1 ms/token at 2.5 tokens/cycle
+    base, cand = _arms_with_region_times(candidate_decode_us=0.0)
+    run = write_run_dir(tmp_path / "in", base, cand, scenario=_with_explained_bounds(min_ratio=0.5, max_ratio=2.0))
+    results, rules = rules_by_name(run)
+    assert rules["explained"].verdict == "PASS", rules["explained"].reason
+    assert 0.9 < rules["explained"].numbers["ratio"] < 1.1 and results.verdict == "PASS"
+    # a profile that shows far less change than TPOT did: the gain is not the change's
+    base, cand = _arms_with_region_times(candidate_decode_us=2400.0)
+    run = write_run_dir(tmp_path / "out", base, cand, scenario=_with_explained_bounds(min_ratio=0.5, max_ratio=2.0))
+    results, rules = rules_by_name(run)
+    r = rules["explained"]
+    assert r.verdict == "FAIL" and "> 2.0: TPOT gained more than the profiles explain" in r.reason
+    assert results.verdict == "FAIL"
+    # and a TPOT gain far below what the profiles promise (a broken timing, or a cost elsewhere)
+    base, cand = _arms_with_region_times(candidate_decode_us=0.0)
+    base.tpot_ms, cand.tpot_ms = noisy(10.0, cv=0.001), noisy(9.95, cv=0.001)
+    run = write_run_dir(tmp_path / "low", base, cand, scenario=_with_explained_bounds(min_ratio=0.5))
+    _, rules = rules_by_name(run)
+    r = rules["explained"]
+    lo, hi = r.numbers["ratio_ci"]
+    assert 0 < lo < r.numbers["ratio"] < hi < 0.5
+    assert r.verdict == "FAIL" and "< 0.5: the profiles' saving does not reach TPOT" in r.reason
+
+
+def test_explained_gain_is_inconclusive_when_the_tpot_interval_straddles_a_bound(tmp_path):
+    # A real saving, but TPOT so noisy that the ratio's interval reaches both sides of the bound.
+    base, cand = _arms_with_region_times(candidate_decode_us=0.0)
+    base.tpot_ms, cand.tpot_ms = noisy(10.0, cv=0.15), noisy(9.0, cv=0.15)
+    run = write_run_dir(tmp_path, base, cand, scenario=_with_explained_bounds(min_ratio=0.5, max_ratio=2.0))
+    _, rules = rules_by_name(run)
+    r = rules["explained"]
+    lo, hi = r.numbers["ratio_ci"]
+    assert lo < 0.5 or hi > 2.0
+    assert r.verdict == "INCONCLUSIVE" and "the interval straddles >= 0.5 and <= 2.0" in r.reason
+
+
+def test_explained_gain_scales_away_a_slower_profiled_machine(tmp_path):
+    # The candidate's profiled trial ran on a machine 1.5x slower: every region, the untouched
+    # target verify too. Scaled by TARGET_VERIFY the saving is the real one; unscaled it is not.
+    base = Arm(tpot_ms=noisy(10.0), profile=[file_facts(softmax_per_replay=2, region_us={
+        "DRAFT_DECODE": 2500.0, "DRAFT_EXTEND": 1300.0, "TARGET_VERIFY": 2000.0})])
+    cand = Arm(tpot_ms=noisy(9.0), profile=[file_facts(softmax_per_replay=0, region_us={
+        "DRAFT_DECODE": 1500.0 * 1.5, "DRAFT_EXTEND": 1300.0 * 1.5, "TARGET_VERIFY": 2000.0 * 1.5})])
+    _, rules = rules_by_name(write_run_dir(tmp_path / "scaled", base, cand))
+    n = rules["explained"].numbers
+    assert n["candidate_scale"] == pytest.approx(2 / 3)
+    assert n["saving_us_per_cycle"] == pytest.approx(1000.0)
+    assert "candidate scaled x0.667 by TARGET_VERIFY" in rules["explained"].reason
+    _, rules = rules_by_name(write_run_dir(tmp_path / "unscaled", base, cand,
+                                           scenario=_with_explained_bounds(reference_region=None)))
+    assert rules["explained"].numbers["saving_us_per_cycle"] == pytest.approx(2500 + 1300 - 1.5 * (1500 + 1300))
+
+
+def test_explained_gain_uses_the_robust_region_time(tmp_path):
+    # On a CPU trace one cycle caught by another process inflates the total; the analysis also
+    # gives a median-based total, which the rule prefers.
+    base, cand = good_arms()
+    cand.profile[0]["region_times"]["DRAFT_DECODE"].update(time_us=9000.0 * 10, robust_time_us=500.0 * 10)
+    _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
+    assert rules["explained"].numbers["regions"]["DRAFT_DECODE"]["candidate_us_per_cycle"] == pytest.approx(500.0)
+
+
+def test_explained_gain_without_region_times_is_inconclusive(tmp_path):
+    base, cand = good_arms()
+    for facts in cand.profile:
+        del facts["region_times"]  # an analysis.json written before region times existed
+    run = write_run_dir(tmp_path, base, cand, scenario=_with_explained_bounds(min_ratio=0.5))
+    _, rules = rules_by_name(run)
+    r = rules["explained"]
+    assert r.verdict == "INCONCLUSIVE" and "candidate: profiled traces with region times" in r.reason
+
+
+def test_informational_rules_do_not_decide_the_overall_verdict():
+    assert overall_verdict(["PASS", "INFO"]) == "PASS"
+    assert overall_verdict(["FAIL", "INFO"]) == "FAIL"
+    assert overall_verdict(["INFO"]) == "INCONCLUSIVE"  # nothing that can fail was checked
 
 
 def test_incomplete_run_is_inconclusive_with_the_reason(tmp_path):
@@ -223,6 +333,8 @@ def test_aa_run_reports_noise_floor_and_no_false_verdict(tmp_path):
 
 
 def test_compare_two_runs(tmp_path, capsys):
+    global rng
+    rng = np.random.default_rng(7)  # its own draws: the outcome must not depend on the tests before it
     run_a = write_run_dir(tmp_path / "a", *good_arms())
     base, cand = good_arms()
     cand.tpot_ms = noisy(10.0)  # today's candidate is 11% slower than yesterday's
@@ -249,3 +361,13 @@ def test_eager_softmax_in_a_graph_region_fails_a_zero_rule(tmp_path):
     assert r.verdict == "FAIL"
     assert "0..0 (and 10 launched eagerly in the region, outside its graph replays), expected == 0" in r.reason
     assert r.numbers["observations"][0]["eager_total"] == 10
+
+
+def test_terminal_table_shows_informational_rules_apart(tmp_path, capsys):
+    run = write_run_dir(tmp_path, *good_arms())
+    assert main(["check", str(run)]) == 0
+    out = capsys.readouterr().out
+    judged, _, info = out.partition("informational (no bound set: not part of the verdict)")
+    assert info, out
+    assert "explained" not in judged and "tpot" in judged
+    assert "explained" in info and "INFO" in info and "verdict: PASS" in info

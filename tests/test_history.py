@@ -125,6 +125,7 @@ def test_a_real_run_is_extracted_whole(real_run):
     results = json.loads((real_run / "results.json").read_text())
     record = read_run(real_run)
     assert (record.status, record.reason, record.scenario, record.aa) == ("complete", None, "tiny_history", False)
+    assert record.mode == (json.loads((real_run / "run.json").read_text()).get("mode") or "restart")
     assert record.verdict == results["verdict"] and record.report == str(real_run / "index.html")
     env = json.loads((real_run / "environment.json").read_text())
     assert record.harness_commit == env["harness"]["git_commit"] and env["cpu"] in record.hardware

@@ -189,7 +189,8 @@ def test_bad_requests_get_4xx_and_the_server_lives_on(server_on: RunningServer) 
         ("/stop_profile", None),
         ("/start_profile", {"activities": ["RPD"]}),
         ("/start_profile", {"num_steps": "five"}),
-        ("/start_profile", {"no_such_field": 1}),
+        ("/start_profile", {"profile_id": 5}),
+        ("/start_profile", {"merge_profiles": True}),
     ]:
         response = httpx.post(f"{url}{path}", json=body)
         assert 400 <= response.status_code < 500, (path, body)

@@ -70,3 +70,88 @@ def test_default_order_is_random_with_a_fresh_seed_per_run():
     resolved = with_run_seed(s)
     assert with_run_seed(resolved) is resolved  # a recorded seed is kept: the plan is reproducible
     assert plan_trials(resolved) == plan_trials(resolved)
+
+
+def warm(**trials):
+    return scenario_from_dict(
+        {
+            "name": "p",
+            "engine": "micro",
+            "variants": {"baseline": {"args": {"--disable-topk1-fast-path": True}}, "candidate": {}},
+            "workload": {"num_requests": 4},
+            "trials": {"seed": 5, **trials},
+        }
+    )
+
+
+def test_interleaved_plan_rotates_launches_so_every_combination_meets():
+    from harness.run.plan import make_plan
+
+    plan = make_plan(warm(mode="interleaved", repetitions=8, launches=2, profiled=1))
+    assert [launch.dir for launch in plan.launches] == [
+        "launches/00-baseline-launch0", "launches/01-candidate-launch0",
+        "launches/02-baseline-launch1", "launches/03-candidate-launch1"]
+    timed = [t for t in plan.trials if t.kind == "timed"]
+    assert [t.kind for t in plan.trials[:2]] == ["profiled", "profiled"]
+    by_round: dict[int, dict[str, int]] = {}
+    for t in timed:
+        by_round.setdefault(t.repetition, {})[t.variant] = plan.launches[t.launch].number
+    combos = [(r["baseline"], r["candidate"]) for _, r in sorted(by_round.items())]
+    assert sorted(combos) == sorted([(0, 0), (1, 1), (0, 1), (1, 0)] * 2)
+    # each round: both arms, adjacent, on the same prompts; rounds on fresh prompts
+    for r in range(8):
+        pair = timed[2 * r: 2 * r + 2]
+        assert {t.variant for t in pair} == {"baseline", "candidate"} and {t.repetition for t in pair} == {r}
+        assert {t.first_prompt for t in pair} == {4 * r}
+    profiled = [t for t in plan.trials if t.kind == "profiled"]
+    assert all(t.first_prompt == 32 and plan.launches[t.launch].number == 0 for t in profiled)
+
+
+def test_sequential_plan_runs_one_launch_at_a_time_with_contiguous_rounds():
+    from harness.run.plan import make_plan
+
+    plan = make_plan(warm(mode="sequential", repetitions=7, launches=2, profiled=1))
+    launches = [plan.launch_of(t).index for t in plan.trials]
+    # a launch's trials are contiguous: it starts, serves, stops, and never comes back
+    assert [k for i, k in enumerate(launches) if i == 0 or launches[i - 1] != k] == sorted(set(launches))
+    for launch in plan.launches:
+        served = plan.trials_of_launch(launch)
+        assert served[0].kind == ("profiled" if launch.number == 0 else "timed")
+        rounds = [t.repetition for t in served if t.kind == "timed"]
+        assert rounds == ([0, 1, 2, 3] if launch.number == 0 else [4, 5, 6])
+
+
+def test_warm_fields_are_validated_against_the_mode():
+    import pytest as _pytest
+
+    from harness.errors import HarnessInputError
+
+    with _pytest.raises(HarnessInputError, match="trials.launches: only for mode interleaved or sequential"):
+        warm(launches=2)
+    with _pytest.raises(HarnessInputError, match="trials.launches: 3 launches per arm but 2 repetitions"):
+        warm(mode="interleaved", repetitions=2, launches=3)
+    assert warm(mode="interleaved", repetitions=4).trials.launches_per_arm == 2
+
+
+def test_nsys_profiles_get_their_own_launch_in_warm_modes():
+    from harness.run.plan import make_plan
+
+    s = scenario_from_dict({
+        "name": "p", "engine": "micro", "variants": {"baseline": {}, "candidate": {}},
+        "trials": {"mode": "interleaved", "repetitions": 4, "seed": 1}, "profile": {"nsys": {"enabled": True}},
+    })
+    plan = make_plan(s)
+    assert all(t.launch is None for t in plan.trials if t.kind == "profiled")
+    assert all(t.launch is not None for t in plan.trials if t.kind == "timed")
+
+
+def test_interleaved_by_pairs_keeps_one_launch_per_arm_up_and_profiles_each_pair_first():
+    from harness.run.plan import make_plan
+
+    plan = make_plan(warm(mode="interleaved", servers_up="pair", repetitions=6, launches=2, profiled=2))
+    numbers = [plan.launch_of(t).number for t in plan.trials]
+    assert numbers == sorted(numbers)  # pair 0 is done before pair 1 starts
+    kinds = [(t.kind, plan.launch_of(t).number) for t in plan.trials]
+    assert kinds[:2] == [("profiled", 0)] * 2 and kinds[8:10] == [("profiled", 1)] * 2
+    timed = [t for t in plan.trials if t.kind == "timed"]
+    assert [t.repetition for t in timed] == [r for r in range(6) for _ in range(2)]

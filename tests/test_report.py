@@ -186,7 +186,7 @@ def set_verdict(run_dir: Path, rule_name: str, verdict: str, reason: str) -> dic
     for rule in results["rules"]:
         if rule["name"] == rule_name:
             rule["verdict"], rule["reason"] = verdict, reason
-    verdicts = [r["verdict"] for r in results["rules"]]
+    verdicts = [r["verdict"] for r in results["rules"] if r["verdict"] != "INFO"]
     results["verdict"] = "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "PASS"
     results["exit_code"] = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}[results["verdict"]]
     (run_dir / "results.json").write_text(json.dumps(results))
@@ -370,6 +370,37 @@ def test_junit_counts_and_reasons(run_dir):
     suite = check_junit_essentials(paths.junit, results)
     assert suite.get("failures") == "1" and suite.get("skipped") == "1" and suite.get("tests") == "6"
     assert float(suite.get("time")) == 125.0  # run.json started -> finished
+
+
+def test_informational_rules_are_shown_apart_and_never_as_passed(run_dir):
+    set_verdict(run_dir, "gain_explained_by_softmax", "INFO",
+                "informational (no bound: set min_ratio or max_ratio to judge it): measured 0.55 ms, predicted 0.5 ms")
+    results = set_verdict(run_dir, "tpot_improved", "INCONCLUSIVE", "inside the noise")
+    paths = build_report(run_dir)
+    # JUnit: the judged rules in the main suite, the informational one in its own, as skipped INFO
+    root = ET.parse(paths.junit).getroot()
+    main_suite, info_suite = root.findall("testsuite")
+    assert info_suite.get("name") == main_suite.get("name") + ".informational"
+    assert [c.get("name") for c in main_suite.findall("testcase")] == [
+        r["name"] for r in results["rules"] if r["verdict"] != "INFO"]
+    assert (main_suite.get("tests"), main_suite.get("skipped")) == ("5", "1")
+    (case,) = info_suite.findall("testcase")
+    assert case.get("name") == "gain_explained_by_softmax"
+    skipped = case.find("skipped")
+    assert skipped.get("type") == "INFO" and skipped.get("message").startswith("INFO: informational (no bound")
+    assert (info_suite.get("tests"), info_suite.get("skipped"), info_suite.get("failures")) == ("1", "1", "0")
+    assert (root.get("tests"), root.get("skipped"), root.get("failures")) == ("6", "2", "0")
+    # summary.md: its own table under the rule table
+    text = paths.summary.read_text()
+    judged, _, info = text.partition("**Informational** (no bound set: not part of the verdict)")
+    assert "gain_explained_by_softmax" not in judged and "| `gain_explained_by_softmax` | explained_gain | ℹ️ INFO |" in info
+    # the page: its own table under the judged rules, and not among the reasons for the verdict
+    page = paths.html.read_text()
+    why = page[page.index('id="why"'):page.index('id="rules"')]
+    assert "inside the noise" in why and "gain_explained_by_softmax" not in why
+    rules = page[page.index('id="rules"'):]
+    assert rules.index("tpot_improved") < rules.index('id="informational"') < rules.index("gain_explained_by_softmax")
+    assert '<span class="pill INFO">INFO</span>' in rules
 
 
 # ---- summary.md and $GITHUB_STEP_SUMMARY --------------------------------------------------------

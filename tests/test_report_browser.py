@@ -28,7 +28,7 @@ CHROMIUM = Path(os.environ.get("HARNESS_CHROMIUM") or "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1280, "height": 800}
-FIGURES = 5  # pattern counts, time per region, TPOT, accept length, timeline
+FIGURES = 6  # pattern counts, time per region, TPOT, paired differences, accept length, timeline
 
 # A tiny scenario of the micro engine (a few seconds per trial on one CPU core): all rule kinds.
 TINY = {
@@ -105,10 +105,15 @@ def test_real_run_report_files(real_run):
     for missing in ("No pattern counts", "No region times", "No timed trial", "No timeline", "No trace analysis"):
         assert missing not in page, missing
     root = ET.parse(real_run / "junit.xml").getroot()
-    suite = root.find("testsuite")
-    assert int(suite.get("tests")) == len(results["rules"]) == len(suite.findall("testcase")) == len(TINY["checks"])
-    assert int(suite.get("failures")) == sum(r["verdict"] == "FAIL" for r in results["rules"])
-    assert int(suite.get("skipped")) == sum(r["verdict"] == "INCONCLUSIVE" for r in results["rules"])
+    suite, informational = root.findall("testsuite")
+    judged = [r for r in results["rules"] if r["verdict"] != "INFO"]
+    assert len(results["rules"]) == len(TINY["checks"])
+    # the unbounded explained_gain rule is informational: its own suite, never a passed test case
+    assert [r["name"] for r in results["rules"] if r["verdict"] == "INFO"] == ["gain_explained_by_softmax"]
+    assert [c.get("name") for c in informational.findall("testcase")] == ["gain_explained_by_softmax"]
+    assert int(suite.get("tests")) == len(judged) == len(suite.findall("testcase"))
+    assert int(suite.get("failures")) == sum(r["verdict"] == "FAIL" for r in judged)
+    assert int(suite.get("skipped")) == sum(r["verdict"] == "INCONCLUSIVE" for r in judged)
     summary = (real_run / "summary.md").read_text()
     assert results["verdict"] in summary.splitlines()[0]
     assert "TPOT candidate/baseline = " in summary and "Accept length: baseline " in summary
@@ -204,7 +209,10 @@ def test_why_is_on_the_first_screen(browser, real_run, tmp_path, verdict):
         assert box["y"] >= 0 and box["y"] + box["height"] <= VIEWPORT["height"], "the reasons must be on the first screen"
         text = why.inner_text()
         for rule in results["rules"]:
-            if rule["verdict"] != "PASS":
+            if rule["verdict"] == "INFO":  # informational: apart, under the rules, never a reason
+                assert rule["name"] not in text
+                assert rule["name"] in page.inner_text("#rules").split("Informational: no bound set")[1]
+            elif rule["verdict"] != "PASS":
                 assert rule["name"] in text and rule["reason"] in text
         page.screenshot(path=str(run_dir / "report-screenshot.png"))
     finally:

@@ -25,6 +25,8 @@ from harness.commands import run as run_command
 from harness.run.execute import run_scenario
 from harness.scenario import load_scenario
 from harness.run.server import live_server_pids
+from harness.rundir import load_run_dir
+from harness.verdict.rules import evaluate_run
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
@@ -347,3 +349,107 @@ def test_after_a_run_checks_report_and_ci_step_summary(full_run, tmp_path, monke
         assert (full_run.run_dir / name).stat().st_size > 0
     assert f"verdict: {results['verdict']}" in capsys.readouterr().out
     assert summary_file.read_text() == (full_run.run_dir / "summary.md").read_text()
+
+
+# ---- the warm modes -----------------------------------------------------------------------------
+
+
+def _launch_records(run_dir: Path) -> list[dict]:
+    return [read_json(p) for p in sorted(run_dir.glob("launches/*/launch.json"))]
+
+
+@pytest.mark.parametrize("mode", ["interleaved", "sequential"])
+def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
+    path = write_scenario(tmp_path, trials={"mode": mode, "repetitions": 4, "launches": 2, "profiled": 1,
+                                            "order": "random", "seed": 3})
+    data = yaml.safe_load(path.read_text())
+    data["checks"].append({"name": "tpot", "kind": "tpot_gain"})
+    path.write_text(yaml.safe_dump(data))
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
+    run_dir = result.run_dir
+    assert result.status == "complete", result.error
+    run = read_json(run_dir / "run.json")
+    assert run["mode"] == mode and run["server_launches"] == 4 and len(run["launches"]) == 4
+    assert 0 < run["measured_s"] < run["wall_s"]
+    launches = _launch_records(run_dir)
+    assert [x["status"] for x in launches] == ["stopped"] * 4
+    assert all("Uvicorn running" in (run_dir / x["dir"] / "server.log").read_text() for x in launches)
+    # the warm-up ran once per launch, on the launch, not in the blocks
+    for x in launches:
+        warmups = read_requests(run_dir / x["dir"])
+        assert [r["index"] for r in warmups] == [-WARMUP] and all(r["warmup"] for r in warmups)
+    if mode == "sequential":  # one server at a time
+        spans = sorted((x["started_at_s"], x["stopped_at_s"]) for x in launches)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    else:  # all up together, for the whole run
+        assert max(x["started_at_s"] for x in launches) < min(x["stopped_at_s"] for x in launches)
+    blocks = [read_json(p) for p in sorted(run_dir.glob("trials/*-timed/trial.json"))]
+    assert len(blocks) == 8 and all(b["status"] == "ok" and b["launch"].startswith("launches/") for b in blocks)
+    pids = {x["dir"]: x["server_pid"] for x in launches}
+    assert all(b["server_pid"] == pids[b["launch"]] for b in blocks)
+    for rnd in range(4):
+        pair = [b for b in blocks if b["repetition"] == rnd]
+        assert sorted(b["variant"] for b in pair) == ["baseline", "candidate"]
+        prompts = [[r["index"] for r in read_requests(run_dir / "trials" / f"{b['index']:02d}-{b['variant']}-timed")]
+                   for b in pair]
+        assert prompts[0] == prompts[1] == list(range(rnd * NUM_REQUESTS, (rnd + 1) * NUM_REQUESTS))
+    analysis = read_json(run_dir / "analysis.json")
+    assert len(analysis["trials"]) == 2
+    results = evaluate_run(load_run_dir(run_dir))
+    rules = {r.name: r for r in results.rules}
+    assert rules["same_outputs"].verdict == "PASS" and rules["same_outputs"].numbers["compared"] == 4 * NUM_REQUESTS
+    assert rules["no_softmax"].verdict == "PASS"
+    for pid in pids.values():
+        assert process_gone(pid) and group_gone(pid)
+    assert not live_server_pids()
+    # the report: blocks marked by launch, the launches next to the blocks, their logs
+    from harness.report import build_report
+    from harness.verdict.rules import write_results
+
+    write_results(run_dir, results)
+    page = build_report(run_dir).html.read_text()
+    assert "<h3>Server launches</h3>" in page and "<h3>Paired differences</h3>" in page
+    assert "marker = launch" in page and "two blocks of one" in page
+    for x in launches:
+        assert f'<a href="{x["dir"]}/server.log">server.log</a>' in page
+
+
+def test_warm_launch_that_exits_at_startup_ends_the_run_and_stops_the_others(tmp_path):
+    path = write_scenario(tmp_path, candidate={"args": {"--no-such-flag": True}},
+                          trials={"mode": "interleaved", "repetitions": 2, "launches": 1, "profiled": 0})
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
+    assert result.status == "incomplete" and result.exit_code == 3
+    assert result.error.startswith("server launch failed: 01-candidate-launch0: server exited with code 2 during startup")
+    launches = _launch_records(result.run_dir)
+    assert [x["status"] for x in launches] == ["stopped", "failed"]
+    assert "--no-such-flag" in launches[1]["error"]
+    for x in launches:
+        assert process_gone(x["server_pid"]) and group_gone(x["server_pid"])
+    assert not (result.run_dir / "trials").exists() and not live_server_pids()
+
+
+def test_warm_dry_run_prints_launches_and_rounds(tmp_path, capsys):
+    path = write_scenario(tmp_path, trials={"mode": "interleaved", "repetitions": 4, "launches": 2, "order": "abba"})
+    assert cli.main(["run", str(path), "--dry-run", "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "mode interleaved: 4 server launches (2 per arm), 4 rounds of one block of 4 requests per arm" in out
+    assert "00-baseline-launch0: 1 profiled, 2 blocks (rounds 1, 3)" in out
+    assert "round 2: candidate@03-candidate-launch1, baseline@02-baseline-launch1" in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_planted_slowdown_fails_the_tpot_rule_while_the_kernel_rules_pass(tmp_path, capsys):
+    """The candidate keeps the fast path (no softmax) but busy-waits 20 ms in every draft cycle, far
+    more than a tiny cycle takes: `harness run` ends FAIL (exit 1) on the TPOT rule alone."""
+    path = write_scenario(tmp_path, candidate={"args": {"--inject-delay-us": 20000}},
+                          trials={"mode": "interleaved", "repetitions": 6, "launches": 2, "order": "random"})
+    data = yaml.safe_load(path.read_text())
+    data["checks"].append({"name": "tpot_improved", "kind": "tpot_gain", "min_gain": 0.01})
+    path.write_text(yaml.safe_dump(data))
+    code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress"])
+    results = read_json(next((tmp_path / "runs").glob("*/results.json")))
+    verdicts = {r["name"]: r for r in results["rules"]}
+    assert code == 1 and results["verdict"] == "FAIL", capsys.readouterr().out[-3000:]
+    assert verdicts["tpot_improved"]["verdict"] == "FAIL" and verdicts["tpot_improved"]["numbers"]["fail_kind"] == "slower"
+    assert verdicts["tpot_improved"]["numbers"]["ci_low"] > 1.5
+    assert verdicts["no_softmax"]["verdict"] == "PASS" and verdicts["same_outputs"]["verdict"] == "PASS"

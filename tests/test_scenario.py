@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessInputError
-from harness.scenario import DEFAULT_PATTERNS, load_scenario, render_args, scenario_json_schema, scenario_to_yaml
+from harness.scenario import (
+    DEFAULT_PATTERNS,
+    load_scenario,
+    render_args,
+    scenario_from_dict,
+    scenario_json_schema,
+    scenario_to_yaml,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,3 +106,15 @@ def test_unreadable_and_invalid_yaml(tmp_path):
 def test_shipped_json_schema_is_current():
     shipped = json.loads((REPO / "scenarios" / "scenario.schema.json").read_text())
     assert shipped == json.loads(scenario_json_schema()), "regenerate: harness validate --schema > scenarios/scenario.schema.json"
+
+
+def test_resolved_warm_scenario_reloads_unchanged(tmp_path):
+    """scenario.yaml in a run directory is the resolved scenario (every default written out): it
+    must load again as the same scenario, in every mode."""
+    for trials in ({"mode": "restart"}, {"mode": "interleaved", "servers_up": "pair", "launches": 3, "repetitions": 6},
+                   {"mode": "sequential", "block_requests": 2, "repetitions": 4}):
+        scenario = scenario_from_dict({"name": "r", "engine": "micro", "variants": {"baseline": {}, "candidate": {}},
+                                       "trials": trials})
+        path = tmp_path / "scenario.yaml"
+        path.write_text(scenario_to_yaml(scenario))
+        assert load_scenario(path) == scenario

@@ -1,14 +1,16 @@
-"""The patch bootstrap and the restore-softmax patch, in real child interpreters, on a fake SGLang.
+"""The patch bootstrap and the restore-softmax patch's failure modes, in real child interpreters.
 
-The fake `sglang` package below has the 0.5.23 layout of everything the patch touches (module
-paths, the topk1 helpers' signatures, the worker's call sites and its inline argmax branch), with
-torch CPU code in place of the Triton kernels. Each test starts a fresh Python with
-PYTHONPATH=[fake tree, bootstrap dir, repo root] and HARNESS_PATCHES set, as the SGLang engine does.
+SGLang's real 0.5.23 code is the reference for what the patch does: tests/test_sglang_real_wheel.py
+runs it against the wheel's own worker module and Triton kernels. This module keeps what a
+released wheel cannot show: how the patch fails when SGLang's code changes shape (a renamed
+helper, a new parameter, a moved call site, a vanished inline argmax), and the bootstrap's
+mechanics (chained sitecustomize, spawned children, reloads). The fake `sglang` package below
+has the 0.5.23 layout of everything the patch touches, with torch CPU code in place of the
+Triton kernels, so each case is a one-line edit of it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -118,65 +120,6 @@ class EagleDraftWorker:
         next_draft_input.draft_probs = ret_draft_probs
 '''
 
-# Runs in the child: exercises the three sites under the torch profiler, prints one JSON line.
-PROBE = '''\
-import json, os, sys
-from types import SimpleNamespace
-
-import torch
-from torch.profiler import ProfilerActivity, profile
-
-import sglang.srt.speculative.eagle_worker_v2 as worker_module
-
-
-def run_profiled(fn):
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        out = fn()
-    counts = {e.key: e.count for e in prof.key_averages()}
-    return out, counts.get("aten::_softmax", 0)
-
-
-torch.manual_seed(0)
-step_logits = [torch.randn(4, 1000) * 3 for _ in range(2)]
-worker = worker_module.EagleDraftWorker(topk=1)
-positions = torch.arange(4)
-(topk_p, topk_index, draft_tokens), decode_softmax = run_profiled(
-    lambda: worker.draft_forward(step_logits, positions)
-)
-last = step_logits[-1]
-argmax = torch.argmax(last, dim=-1, keepdim=True)
-softmax_max = torch.softmax(last, dim=-1).max(dim=-1, keepdim=True).values
-
-extend_logits = torch.randn(4, 1000) * 3
-next_input = SimpleNamespace()
-_, extend_softmax = run_profiled(
-    lambda: worker._draft_extend_for_decode(SimpleNamespace(next_token_logits=extend_logits), next_input)
-)
-(rocm_p, rocm_index), rocm_softmax = run_profiled(lambda: worker_module.draft_topk1_argmax_only(extend_logits))
-extend_argmax = torch.argmax(extend_logits, dim=-1, keepdim=True)
-extend_softmax_max = torch.softmax(extend_logits, dim=-1).max(dim=-1, keepdim=True).values
-
-print(json.dumps({
-    "decode_softmax_calls": decode_softmax,
-    "decode_index_is_argmax": torch.equal(topk_index, argmax),
-    "decode_chain_is_argmax": all(
-        torch.equal(draft_tokens[:, i + 1], torch.argmax(l, dim=-1)) for i, l in enumerate(step_logits)
-    ),
-    "decode_positions_advanced": torch.equal(positions, torch.arange(4) + 2),
-    "decode_p_dtype": str(topk_p.dtype),
-    "decode_p_is_softmax": torch.allclose(topk_p, softmax_max),
-    "decode_p_is_ones": bool((topk_p == 1).all()),
-    "extend_softmax_calls": extend_softmax,
-    "extend_index_is_argmax": torch.equal(next_input.topk_index, extend_argmax),
-    "extend_p_is_softmax": torch.allclose(next_input.topk_p, extend_softmax_max),
-    "extend_p_is_ones": bool((next_input.topk_p == 1).all()),
-    "rocm_softmax_calls": rocm_softmax,
-    "rocm_index_is_argmax": torch.equal(rocm_index, extend_argmax),
-    "applied_env": os.environ.get("HARNESS_PATCHES_APPLIED"),
-}))
-'''
-
-
 def write_fake_sglang(root: Path, *, topk1: str = FAKE_TOPK1, worker: str = FAKE_WORKER) -> Path:
     files = {
         "sglang/__init__.py": '__version__ = "0.5.23"\n',
@@ -216,68 +159,6 @@ def run_child(args: list[str], *, pythonpath: list[Path], patches: str | None, c
         [sys.executable, *args], env=child_env(pythonpath, patches), cwd=cwd,
         capture_output=True, text=True, timeout=180,
     )
-
-
-def probe(tmp_path: Path, patches: str | None) -> tuple[dict, str]:
-    fake = write_fake_sglang(tmp_path / "fake")
-    path = [fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT] if patches else [fake, HARNESS_SOURCE_ROOT]
-    proc = run_child(["-c", PROBE], pythonpath=path, patches=patches, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
-
-
-def test_without_the_patch_the_fake_runs_the_argmax_fast_path(tmp_path):
-    # The control: what the candidate does. No softmax anywhere, topk_p is constant ones.
-    result, stderr = probe(tmp_path, patches=None)
-    assert result["decode_softmax_calls"] == 0 and result["extend_softmax_calls"] == 0
-    assert result["rocm_softmax_calls"] == 0
-    assert result["decode_p_is_ones"] and result["extend_p_is_ones"]
-    assert result["decode_index_is_argmax"] and result["extend_index_is_argmax"]
-    assert result["applied_env"] is None
-    assert "harness patch applied" not in stderr
-
-
-def test_patch_restores_softmax_at_every_site_and_keeps_the_selected_tokens(tmp_path):
-    result, stderr = probe(tmp_path, patches=RESTORE_TOPK1_SOFTMAX_PATCH)
-    # draft_forward: one softmax per draft step (2 steps), same tokens, same side effects
-    assert result["decode_softmax_calls"] == 2
-    assert result["decode_index_is_argmax"] and result["decode_chain_is_argmax"]
-    assert result["decode_positions_advanced"]
-    assert result["decode_p_is_softmax"] and not result["decode_p_is_ones"]
-    assert result["decode_p_dtype"] == "torch.float32"
-    # _draft_extend_for_decode (CUDA branch, inline argmax recompiled) and the ROCm helper
-    assert result["extend_softmax_calls"] == 1
-    assert result["extend_index_is_argmax"] and result["extend_p_is_softmax"]
-    assert result["rocm_softmax_calls"] == 1 and result["rocm_index_is_argmax"]
-    # recorded where a server.log shows it
-    assert result["applied_env"] == "sglang_restore_topk1_softmax"
-    applied = [line for line in stderr.splitlines() if line.startswith("harness patch applied:")]
-    assert len(applied) == 1, stderr
-    for site in (
-        f"{WORKER_MODULE}.draft_topk1_postprocess",
-        f"{WORKER_MODULE}.draft_topk1_argmax_only",
-        f"{WORKER_MODULE}.EagleDraftWorker._draft_extend_for_decode",
-    ):
-        assert site in applied[0]
-    assert "SGLang 0.5.23" in applied[0]
-
-
-def test_recompiled_method_keeps_its_file_and_line_numbers(tmp_path):
-    fake = write_fake_sglang(tmp_path / "fake")
-    script = textwrap.dedent(f"""
-        import inspect
-        import {WORKER_MODULE} as m
-        f = m.EagleDraftWorker._draft_extend_for_decode
-        assert f.__harness_patch__["patch"] == "sglang_restore_topk1_softmax"
-        original = f.__harness_patch__["replaces"]
-        assert f.__code__.co_filename == original.__code__.co_filename
-        assert f.__code__.co_firstlineno == original.__code__.co_firstlineno
-        assert f.__qualname__ == "EagleDraftWorker._draft_extend_for_decode"
-        print("ok")
-    """)
-    proc = run_child(["-c", script], pythonpath=[fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
-                     patches=RESTORE_TOPK1_SOFTMAX_PATCH, cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
 BROKEN_LAYOUTS = {

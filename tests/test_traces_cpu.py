@@ -108,6 +108,51 @@ def test_baseline_softmax_per_region_span(recorded):
     assert file.validity.warnings == []
 
 
+def _spans(path: Path, prefix: str) -> list[dict]:
+    import json
+
+    return [e for e in json.loads(path.read_text())["traceEvents"]
+            if e.get("ph") == "X" and str(e.get("name", "")).startswith(prefix)]
+
+
+def test_region_time_on_cpu_is_the_wall_time_of_its_spans(recorded):
+    times = analyze_traces([recorded["baseline"]]).files[0].region_times
+    assert set(times) == {"DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND"}
+    for region, label in (("DRAFT_DECODE", "step[DECODE"), ("TARGET_VERIFY", "step[TARGET_VERIFY"),
+                          ("DRAFT_EXTEND", "step[DRAFT_EXTEND")):
+        spans = _spans(recorded["baseline"], label)
+        assert len(spans) == CYCLES
+        t = times[region]
+        assert (t.unit, t.instances, t.basis) == ("span", CYCLES, "span_wall")
+        assert t.time_us == pytest.approx(sum(float(e["dur"]) for e in spans), abs=0.01)
+        durations = sorted(float(e["dur"]) for e in spans)
+        assert t.robust_time_us == pytest.approx(durations[CYCLES // 2] * CYCLES, abs=0.01)  # median x count
+
+
+def test_nested_spans_of_one_region_count_once(tmp_path):
+    logits = torch.randn(1, 64)
+
+    def body():
+        for _ in range(2):
+            with record_function("step[DECODE bs=1]"):
+                torch.softmax(logits, dim=-1)  # in the outer span only
+                with record_function("step[DECODE bs=1]"):
+                    torch.softmax(logits, dim=-1)
+            with record_function("step[TARGET_VERIFY bs=1]"):
+                torch.argmax(logits, dim=-1)
+
+    path = _record(tmp_path / "nested.json", body)
+    decode = analyze_traces([path]).files[0].region_times["DRAFT_DECODE"]
+    spans = _spans(path, "step[DECODE")
+    outer = [e for e in spans if not any(
+        o is not e and float(o["ts"]) <= float(e["ts"]) and float(e["ts"]) + float(e["dur"]) <= float(o["ts"]) + float(o["dur"])
+        for o in spans)]
+    assert len(spans) == 4 and len(outer) == 2 and decode.instances == 4  # both spans of a cycle are units ...
+    assert decode.time_us == pytest.approx(sum(float(e["dur"]) for e in outer), abs=0.01)  # ... timed once
+    outer_durations = sorted(float(e["dur"]) for e in outer)
+    assert decode.robust_time_us == pytest.approx(sum(outer_durations) / 2 * 2, abs=0.01)  # median of 2 x 2
+
+
 def test_fast_path_has_no_softmax_in_draft_regions_but_argmax(recorded):
     counts = _counts(recorded["fast"], {"softmax": r"^aten::_softmax$", **ARGMAX})
     assert counts[("DRAFT_DECODE", "span", "softmax")] == (CYCLES, 0, 0, 0)

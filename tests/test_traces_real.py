@@ -74,6 +74,19 @@ def test_sglang_qwen3_rocm_one_hip_graph_launch_of_544_kernels(analyzed):
     assert any("DRAFT_DECODE found but no TARGET_VERIFY" in w for w in file.validity.warnings)
 
 
+def test_region_time_is_the_gpu_time_of_its_graph_replays_and_eager_ops(analyzed):
+    analysis = analyzed(QWEN3_ROCM)
+    times = analysis.files[0].region_times
+    assert list(times) == ["DRAFT_DECODE"]
+    decode = times["DRAFT_DECODE"]
+    assert (decode.unit, decode.instances, decode.basis, decode.time_us) == ("graph_launch", 1, "gpu_ops", 9694.013)
+    assert decode.robust_time_us == decode.time_us  # GPU op times: no CPU load in them
+    ops = analysis.ops_frame()
+    in_region = ops[ops["region"] == "DRAFT_DECODE"]
+    assert len(in_region) == 551  # the 544 kernels of the replay and 7 eager GPU ops in its span
+    assert decode.time_us == pytest.approx(float(in_region["dur"].sum()), abs=1e-3)
+
+
 def test_timesformer_softmax_kernels_all_eager(analyzed):
     file = analyzed(TIMESFORMER).files[0]
     assert file.graph_launches == 0

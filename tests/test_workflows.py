@@ -223,3 +223,22 @@ def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
 def test_nightly_gate(tmp_path, code, job_fails):
     gate = _bash(step(load(NIGHTLY), "Gate on the history", "history")["run"], tmp_path, {"EXIT_CODE": code})
     assert (gate.returncode != 0) == job_fails
+
+
+def test_make_profile_says_the_verdict_code_make_cannot_return(tmp_path):
+    # GNU make exits 2 for any failed recipe; the recipe's last line carries the harness's code.
+    import shutil
+    import subprocess
+    import sys
+
+    venv = Path(sys.executable).parent.parent
+    if shutil.which("make") is None or not (venv / "bin" / "harness").exists():
+        pytest.skip("needs make and the harness installed in the interpreter's environment")
+    proc = subprocess.run(
+        ["make", "-C", str(REPO), "-s", "-o", f"{venv}/.installed", "profile", f"VENV={venv}", f"BIN={venv}/bin",
+         f"SCENARIO={tmp_path / 'missing.yaml'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert f"harness run: {tmp_path / 'missing.yaml'}: no such file" in proc.stderr
+    assert "make profile: harness run exited 2 (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted)" in proc.stderr

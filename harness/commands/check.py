@@ -25,19 +25,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_results(results) -> None:  # noqa: ANN001 - CheckResults, imported lazily
-    """The rule table and the verdict, as a person reads them at the end of a run."""
+    """The rule table and the verdict, as a person reads them at the end of a run. Informational
+    rules (no bound, so they cannot fail) get their own table: they are not part of the verdict."""
     from rich.console import Console
     from rich.table import Table
 
-    colours = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}
+    colours = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INFO": "cyan"}
     console = Console(highlight=False, soft_wrap=True)
+    judged = [r for r in results.rules if r.verdict != "INFO"]
+    info = [r for r in results.rules if r.verdict == "INFO"]
     table = Table(title=f"{results.scenario}{' (A/A)' if results.aa else ''}", show_lines=False)
     table.add_column("rule")
     table.add_column("verdict")
     table.add_column("reason", overflow="fold")
-    for rule in results.rules:
-        table.add_row(rule.name, f"[{colours[rule.verdict]}]{rule.verdict}[/]", rule.reason)
+    for rule in judged:
+        table.add_row(rule.name, f"[{colours.get(rule.verdict, 'magenta')}]{rule.verdict}[/]", rule.reason)
     console.print(table)
+    if info:
+        extra = Table(title="informational (no bound set: not part of the verdict)", show_lines=False)
+        extra.add_column("rule")
+        extra.add_column("numbers", overflow="fold")
+        for rule in info:
+            extra.add_row(rule.name, f"[{colours['INFO']}]INFO[/] {rule.reason}")
+        console.print(extra)
     for rule in results.rules:
         n = rule.numbers
         if rule.kind == "tpot_gain" and n.get("ratio") is not None and n.get("ci_low") is not None:

@@ -7,6 +7,7 @@ checks: per-trial median TPOT, a bootstrap interval of the ratio B/A, and fail-c
 from __future__ import annotations
 
 import argparse
+
 from harness.errors import HarnessInputError
 
 

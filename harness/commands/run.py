@@ -77,6 +77,10 @@ def _make_progress(rich_ui: bool):
             line = _trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at)
             print(line, flush=True)
 
+        def launch_ready(self, launch: Any, info: dict[str, Any]) -> None:
+            self.note(f"launch {launch.dir_name}: up in {_fmt(info.get('startup_s'), ' s', 1)}, warmed up in "
+                      f"{_fmt(info.get('warmup_s'), ' s', 1)} (pid {info.get('server_pid')}, port {info.get('port')})")
+
         def note(self, text: str) -> None:
             print(text, flush=True)
 
@@ -84,7 +88,13 @@ def _make_progress(rich_ui: bool):
         return PlainProgress(), None
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     class RichProgress(PlainProgress):
         """A bar for the run and one for the current trial's requests; finished trials print above."""
@@ -123,6 +133,9 @@ def _make_progress(rich_ui: bool):
             self.console.print(_trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at))
             self.bars.advance(self.run_task)
 
+        def note(self, text: str) -> None:
+            self.console.print(text)
+
         def stop(self) -> None:
             self.bars.stop()
 
@@ -135,6 +148,61 @@ def _use_rich(args: argparse.Namespace) -> bool:
     return not args.no_progress and not in_ci and sys.stdout.isatty()
 
 
+# ---- the plan (--dry-run) -----------------------------------------------------------------------
+
+
+def print_plan(scenario: Any, result: Any, *, aa: bool) -> None:
+    """The plan in the terms of its mode: launches, and which samples each serves, in run order."""
+    from harness.run.plan import block_size
+
+    trials, spec = result.plan, scenario.trials
+    head = f"scenario {scenario.name} ({scenario.engine}){' A/A' if aa else ''}, mode {result.mode}"
+    if result.mode == "restart":
+        print(f"{head}: {len(trials)} trials, one server launch each")
+        for t in trials:
+            config = f" (runs {t.config})" if t.config != t.variant else ""
+            print(f"  {t.dir_name}{config}")
+    else:
+        blocks = sum(1 for t in trials if t.kind == "timed")
+        own = sum(1 for t in trials if t.launch is None)
+        print(f"{head}: {len(result.launches) + own} server launches ({spec.launches_per_arm} per arm"
+              f"{f', plus {own} for nsys-profiled passes' if own else ''}), {spec.repetitions} rounds of one "
+              f"block of {block_size(scenario)} requests per arm ({blocks} blocks), {len(trials) - blocks} profiled passes")
+        together = ("one server at a time" if result.mode == "sequential" else "one launch per arm up at a time"
+                    if spec.servers_up == "pair" else "all up at once, started together")
+        print(f"launches ({together}):")
+        for launch in result.launches:
+            config = f" (runs {launch.config})" if launch.config != launch.arm else ""
+            served = [t for t in trials if t.launch == launch.index]
+            rounds = sorted({t.repetition for t in served if t.kind == "timed"})
+            print(f"  {launch.dir_name}{config}: {sum(t.kind == 'profiled' for t in served)} profiled, "
+                  f"{len(rounds)} blocks (rounds {_ranges(rounds)})")
+        if result.mode == "interleaved":
+            print("order:")
+        by_round: dict[tuple[str, int], list[Any]] = {}
+        for t in trials:
+            by_round.setdefault((t.kind, t.repetition), []).append(t)
+        for (kind, rep), group in (by_round.items() if result.mode == "interleaved" else ()):
+            label = f"profiled pass {rep + 1}" if kind == "profiled" else f"round {rep + 1}"
+            where = ", ".join(f"{t.variant}@{result.launches[t.launch].dir_name if t.launch is not None else 'own launch'}"
+                              for t in group)
+            print(f"  {label}: {where}")
+    for arm, command in result.commands.items():
+        print(f"{arm}: {command.shell()}")
+    print("(--port 0 stands for the free port chosen per launch; profiled passes write to <trial>/profile)")
+
+
+def _ranges(values: list[int]) -> str:
+    """1-based, compressed: [0, 1, 2, 5] -> '1-3, 6'."""
+    out: list[str] = []
+    for v in values:
+        if out and out[-1].split("-")[-1] == str(v):
+            out[-1] = out[-1].split("-")[0] + f"-{v + 1}"
+        else:
+            out.append(str(v + 1))
+    return ", ".join(out)
+
+
 # ---- after the run: checks and report -----------------------------------------------------------
 
 
@@ -142,8 +210,8 @@ def evaluate_run_dir(run_dir: Path) -> int:
     """After a run: the checks (results.json), the verdict on the terminal, the report, and the CI
     job summary when $GITHUB_STEP_SUMMARY is set. Returns the verdict's exit code."""
     from harness.commands.check import print_results
-    from harness.verdict.rules import check_run_dir
     from harness.report import append_step_summary, build_report
+    from harness.verdict.rules import check_run_dir
 
     results = check_run_dir(run_dir)
     print_results(results)
@@ -158,8 +226,8 @@ def evaluate_run_dir(run_dir: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from harness.errors import EXIT_PASS
-    from harness.scenario import load_scenario
     from harness.run.execute import run_scenario
+    from harness.scenario import load_scenario
 
     scenario_path = Path(args.scenario)
     scenario = load_scenario(scenario_path)
@@ -170,16 +238,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
-        per_arm: dict[str, int] = {}
-        for t in result.plan:
-            per_arm[t.variant] = per_arm.get(t.variant, 0) + 1
-        print(f"scenario {scenario.name} ({scenario.engine}){' A/A' if args.aa else ''}: {len(result.plan)} trials")
-        for t in result.plan:
-            config = f" (runs {t.config})" if t.config != t.variant else ""
-            print(f"  {t.dir_name}{config}")
-        for arm, command in result.commands.items():
-            print(f"{arm}: {command.shell()}")
-        print("(--port 0 stands for the free port chosen per trial; profiled trials write to <trial>/profile)")
+        print_plan(scenario, result, aa=args.aa)
         return EXIT_PASS
 
     progress, stop_progress = _make_progress(_use_rich(args))

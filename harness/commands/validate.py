@@ -21,8 +21,14 @@ def run(args: argparse.Namespace) -> int:
         raise HarnessInputError("give at least one scenario FILE (or --schema)")
     for path in args.files:
         s = load_scenario(path)
-        print(
-            f"{path}: ok ({s.name}: engine {s.engine}, variants {', '.join(s.variants)}, "
-            f"{s.trials.repetitions} timed + {s.trials.profiled} profiled trials per variant, {len(s.checks)} checks)"
-        )
+        trials = s.trials
+        if trials.warm:
+            from harness.run.plan import block_size
+
+            sampling = (f"{trials.mode}, {trials.launches_per_arm} launches per arm, {trials.repetitions} blocks of "
+                        f"{block_size(s)} requests + {trials.profiled} profiled pass(es) per variant")
+        else:
+            sampling = f"restart, {trials.repetitions} timed + {trials.profiled} profiled trials per variant"
+        print(f"{path}: ok ({s.name}: engine {s.engine}, variants {', '.join(s.variants)}, {sampling}, "
+              f"{len(s.checks)} checks)")
     return 0

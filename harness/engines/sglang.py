@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.engines import ServerCommand, server_python, variant_environment
-from harness.engines.sglang_versions import ENGINE_OWNED_FLAGS, LAUNCH_MODULE
+from harness.engines.sglang_versions import ENGINE_OWNED_FLAGS, LAUNCH_MODULE, PATCH_INCOMPATIBLE_FLAGS
 from harness.errors import HarnessInputError
 from harness.scenario import Scenario, render_args
 
@@ -29,6 +29,12 @@ def build_command(scenario: Scenario, variant: str, *, host: str, port: int, pro
             raise HarnessInputError(
                 f"scenario {scenario.name}: {where}: {flag} is set by {ENGINE_OWNED_FLAGS[flag]}; remove it from args"
             )
+    for patch in scenario.variants[variant].patches:
+        for flag, why in PATCH_INCOMPATIBLE_FLAGS.get(patch, {}).items():
+            if args.get(flag) not in (None, False):
+                raise HarnessInputError(
+                    f"scenario {scenario.name}: variants.{variant}: patch {patch} cannot be combined with {flag}: {why}"
+                )
     argv = [server_python(scenario, variant), "-m", LAUNCH_MODULE, "--model-path", server.model_path]
     if server.draft_model_path:
         argv += ["--speculative-draft-model-path", server.draft_model_path]

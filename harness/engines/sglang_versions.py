@@ -35,3 +35,15 @@ RENAMED_FLAGS: dict[str, dict[str, str]] = {
 
 # The patch module that gives a baseline without a second install (see the SGLang scenarios).
 RESTORE_TOPK1_SOFTMAX_PATCH = "harness.patches.sglang_restore_topk1_softmax"
+
+# Server flags with which a patch cannot make a baseline: patch -> flag -> why. The engine refuses
+# the combination before starting anything (the patch itself also refuses at run time, exit 70).
+PATCH_INCOMPATIBLE_FLAGS: dict[str, dict[str, str]] = {
+    RESTORE_TOPK1_SOFTMAX_PATCH: {
+        "--enable-multi-layer-eagle": (
+            "SGLang 0.5.23 then runs MultiLayerEagleWorkerV2, whose draft has no topk==1 fast path (it "
+            "already selects with softmax + fast_topk): the patch has nothing to restore and the A/B "
+            "would compare identical code"
+        ),
+    },
+}

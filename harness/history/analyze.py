@@ -79,7 +79,8 @@ class Series:
 
 
 def series_id(scenario: str, aa: bool, mode: str | None, variant: str, metric: str, hardware: str) -> str:
-    tags = (" [A/A]" if aa else "") + (f" [{mode}]" if mode else "")
+    # `restart` (one TPOT sample per server launch) is the default mode: named only when another.
+    tags = (" [A/A]" if aa else "") + (f" [{mode}]" if mode and mode != "restart" else "")
     return f"{scenario}{tags} · {variant} · {metric} · {hardware}"
 
 

@@ -189,7 +189,8 @@ def _run_facts(record: RunRecord, run: dict[str, Any]) -> None:
     record.run_json = run
     record.scenario = run.get("scenario")
     record.aa = bool(run.get("aa"))
-    record.mode = run.get("mode") if isinstance(run.get("mode"), str) else None
+    # Runs written before the warm run modes have no `mode`: they are `restart` runs.
+    record.mode = run.get("mode") if isinstance(run.get("mode"), str) and run.get("mode") else "restart"
     record.started = to_utc(run.get("started"))
     record.finished = to_utc(run.get("finished"))
 

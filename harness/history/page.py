@@ -121,7 +121,7 @@ def _series_sections(facts: dict[str, Any], links: _Links) -> str:
         out.append('<div class="missing">No series: no complete run in the database.</div>')
     variants = sorted({s["variant"] for s in facts["series"]})
     for (scenario, aa, mode, hardware), members in by_group.items():
-        tags = (" · A/A runs" if aa else "") + (f" · mode {mode}" if mode else "")
+        tags = (" · A/A runs" if aa else "") + (f" · mode {mode}" if mode and mode != "restart" else "")
         out.append(f"<h3>{esc(scenario)}{esc(tags)} · {esc(hardware)} · {len(members[0]['runs'])} runs</h3>")
         out.append('<div class="grid">')
         for s in members:

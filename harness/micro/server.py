@@ -19,12 +19,13 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal, Optional
 
 from fastapi import FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness import __version__
 from harness.micro.config import MicroModelConfig
@@ -33,19 +34,33 @@ logger = logging.getLogger("harness.micro")
 
 EXIT_USAGE = 2
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
-PROFILE_FIELDS = {
-    "output_dir",
-    "start_step",
-    "num_steps",
-    "activities",
-    "with_stack",
-    "record_shapes",
-    "profile_by_stage",
-    "merge_profiles",
-    "profile_prefix",
-    "profile_id",
-    "detailed_annotations",
-}
+
+
+class ProfileBody(BaseModel):
+    """The fields of SGLang's `ProfileReq` (0.5.23, srt/managers/io_struct.py, with its `BaseReq`),
+    with their types and defaults. SGLang validates the /start_profile body through a pydantic
+    schema of that msgspec struct, in lax mode: "5" becomes 5, 5.0 becomes 5, "five" or 5.5 is
+    refused (SGLang answers 400: its RequestValidationError handler replaces FastAPI's 422), and
+    unknown fields are ignored. The micro engine validates the same way
+    (tests/test_micro_profiler_client.py compares it with the struct lifted from the wheel)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rid: Optional[str] = None
+    http_worker_ipc: Optional[str] = None
+    req_type: Literal[1, 2] = 1  # ProfileReqType; /start_profile sets START_PROFILE whatever it says
+    output_dir: Optional[str] = None
+    start_step: Optional[int] = None
+    num_steps: Optional[int] = None
+    activities: Optional[list[str]] = None
+    profile_by_stage: bool = False
+    with_stack: Optional[bool] = None
+    record_shapes: Optional[bool] = None
+    profile_id: Optional[str] = None
+    merge_profiles: bool = False
+    profile_prefix: Optional[str] = None
+    profile_stages: Optional[list[str]] = None
+    detailed_annotations: bool = False
 
 
 def _positive_int(text: str) -> int:
@@ -253,46 +268,39 @@ def parse_generate(body: Any, tokenizer: Any, vocab_size: int, context_length: i
 
 
 def parse_profile(body: Any) -> Any:
+    """A /start_profile body as SGLang 0.5.23 reads it (see ProfileBody), then what the micro engine
+    cannot do: per-stage or merged profiles (one rank), negative step counts (SGLang takes them and
+    stops at once), a file name that is not one."""
     from harness.micro.engine import ProfileRequest
 
-    if body is None:
-        body = {}
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    unknown = sorted(set(body) - PROFILE_FIELDS)
-    if unknown:
-        raise BadRequest(f"unknown fields {unknown}; known: {sorted(PROFILE_FIELDS)}")
+    try:
+        req = ProfileBody.model_validate(body if body is not None else {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise BadRequest(f"{where}: {first['msg']} (got {first.get('input')!r})") from None
+    ignored = sorted(set(body or {}) - set(ProfileBody.model_fields)) if isinstance(body, dict) else []
+    if ignored:
+        logger.warning("start_profile: ignoring unknown fields %s (as SGLang does)", ignored)
     for flag in ("profile_by_stage", "merge_profiles"):
-        if body.get(flag):
+        if getattr(req, flag):
             raise BadRequest(f"{flag} is not supported by the micro engine (one rank, one trace file)")
-    activities = body.get("activities") or ["CPU", "GPU"]
-    if not isinstance(activities, list) or not all(isinstance(a, str) for a in activities):
-        raise BadRequest("activities must be a list of strings")
     for name in ("num_steps", "start_step"):
-        value = body.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise BadRequest(f"{name} must be a non-negative integer, got {value!r}")
-    for name in ("with_stack", "record_shapes"):
-        value = body.get(name)
-        if value is not None and not isinstance(value, bool):
-            raise BadRequest(f"{name} must be a boolean, got {value!r}")
-    for name in ("output_dir", "profile_prefix", "profile_id"):
-        value = body.get(name)
-        if value is not None and not isinstance(value, (str, int)):
-            raise BadRequest(f"{name} must be a string, got {value!r}")
-    output_dir = body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp"
-    profile_id = body.get("profile_id")
-    if profile_id is not None and ("/" in str(profile_id) or not str(profile_id)):
-        raise BadRequest(f"profile_id must be a non-empty file-name part, got {profile_id!r}")
+        value = getattr(req, name)
+        if value is not None and value < 0:
+            raise BadRequest(f"{name} must be a non-negative integer, got {value}")
+    output_dir = req.output_dir or os.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp"
+    if req.profile_id is not None and ("/" in req.profile_id or not req.profile_id):
+        raise BadRequest(f"profile_id must be a non-empty file-name part, got {req.profile_id!r}")
     return ProfileRequest(
         output_dir=str(output_dir),
-        num_steps=body.get("num_steps"),
-        start_step=body.get("start_step"),
-        activities=tuple(a.upper() for a in activities),
-        with_stack=body.get("with_stack", True) is not False,
-        record_shapes=body.get("record_shapes", True) is not False,
-        profile_prefix=str(body["profile_prefix"]) if body.get("profile_prefix") else None,
-        profile_id=str(profile_id) if profile_id is not None else None,
+        num_steps=req.num_steps or None,  # 0 = no step limit, as in SGLang (`if num_steps:`)
+        start_step=req.start_step,
+        activities=tuple(a.upper() for a in (req.activities or ["CPU", "GPU"])),
+        with_stack=req.with_stack is not False,
+        record_shapes=req.record_shapes is not False,
+        profile_prefix=req.profile_prefix or None,
+        profile_id=req.profile_id,
     )
 
 

@@ -22,6 +22,23 @@ in the server's own processes, before any CUDA graph is captured:
 The draft-extend graph itself selects no tokens in 0.5.23 (row selection moved before lm_head),
 so nothing inside it needs restoring.
 
+Where the restored selection and the fast kernels can choose differently (both checked against
+the real 0.5.23 kernels in tests/test_sglang_real_wheel.py):
+- Rows with NaN or +inf logits. The Triton kernels map NaN to -1e30 before their argmax (#30947),
+  so they pick the best finite logit (or the +inf one); softmax turns such a row into NaN and
+  `torch.max` then returns a NaN's index (0 on CPU). This is not matched on purpose: the pre-#26235
+  code had no NaN mapping, and matching it costs one more full-vocabulary pass per call
+  (`nan_to_num`) that the code this baseline stands for never ran, so the baseline would be slower
+  than the real old code and the measured gain inflated. Such rows are a model fault that SGLang
+  itself flags (SGLANG_ENABLE_NAN_LOGITS_CHECK); the output-identity rule shows them.
+- Logits closer than the softmax output can resolve (e.g. float32 logits below ~1.0 one ulp apart,
+  bf16 below ~1.0): their probabilities round equal and `torch.max` takes the lower index, where
+  the argmax takes the larger logit. That is the pre-#26235 behaviour, which the baseline restores.
+
+`MultiLayerEagleWorkerV2` (`--enable-multi-layer-eagle`) has no topk==1 fast path in 0.5.23: its
+draft selects with softmax + `fast_topk` in both variants, so there is nothing to restore and an
+A/B would compare identical code. When SGLang imports that worker the patch refuses (exit 70).
+
 The patch is lazy: importing this module (the bootstrap `sitecustomize` does it in every process
 when $HARNESS_PATCHES names it) installs an import hook; the rewrite happens when SGLang imports the
 worker module. Every assumption is checked first (attributes exist, signatures and the call sites
@@ -83,6 +100,15 @@ SGLANG_LAYOUTS: dict[str, dict[str, Any]] = {
         "inline_argmax": (
             {"method": "_draft_extend_for_decode", "index_var": "ret_topk_index", "prob_var": "ret_topk_p"},
         ),
+        # Modules SGLang imports only when it selects a worker this patch cannot make a baseline of.
+        "refused_modules": {
+            "sglang.srt.speculative.multi_layer_eagle_worker_v2": (
+                "SGLang selected MultiLayerEagleWorkerV2 (--enable-multi-layer-eagle), which has no "
+                "topk==1 fast path in this layout (its draft already selects with softmax + fast_topk): "
+                "the patch has nothing to restore and the baseline would run the candidate's code; "
+                "drop --enable-multi-layer-eagle or compare two installs"
+            ),
+        },
     },
 }
 
@@ -126,7 +152,13 @@ _REPLACEMENT_FACTORIES: dict[str, Callable[[Callable[..., Any]], Callable[..., A
     "draft_topk1_argmax_only": _make_draft_topk1_argmax_only,
 }
 
-_INLINE_REPLACEMENT = "_harness_probs = torch.softmax(LOGITS, dim=-1)\n{prob}, {index} = fast_topk(_harness_probs, 1, dim=-1)\n"
+# Three statements: softmax (placed on the argmax's line), top-1 and the float32 cast of topk_p
+# (on the ones_like line; the fast path's topk_p is float32, `.float()` of float32 is a no-op).
+_INLINE_REPLACEMENT = (
+    "_harness_probs = torch.softmax(LOGITS, dim=-1)\n"
+    "{prob}, {index} = fast_topk(_harness_probs, 1, dim=-1)\n"
+    "{prob} = {prob}.float()\n"
+)
 
 
 # ---- checks and rewrites --------------------------------------------------------------------------
@@ -211,9 +243,17 @@ def _rewrite_inline_argmax(func_def: ast.FunctionDef, index_var: str, prob_var: 
         raise HarnessPatchError(f"{where}: torch.argmax is not called with the logits as first argument")
     logits_expr = argmax_stmt.value.args[0]  # type: ignore[attr-defined]
     new_stmts = ast.parse(_INLINE_REPLACEMENT.format(prob=prob_var, index=index_var)).body
+    # Tracebacks point at the replaced lines: softmax at the argmax's, the rest at the ones_like's.
+    # Placed before the logits expression goes in: it keeps its own positions (shifting it along
+    # with the new statements moved it twice, e.g. to line 1416 instead of 1263 in 0.5.23).
+    ones_stmt = block[ones_at[0]]
+    for stmt, original in zip(new_stmts, (argmax_stmt, ones_stmt, ones_stmt)):
+        for node in ast.walk(stmt):
+            if hasattr(node, "lineno"):
+                node.lineno = node.end_lineno = original.lineno
+                node.col_offset += original.col_offset
+                node.end_col_offset = (node.end_col_offset or 0) + original.col_offset
     new_stmts[0].value.args[0] = logits_expr  # type: ignore[attr-defined]
-    for stmt in new_stmts:
-        ast.increment_lineno(stmt, argmax_stmt.lineno - 1)  # tracebacks point at the replaced line
     rewritten: list[ast.stmt] = []
     for i, stmt in enumerate(block):
         if i == argmax_at:
@@ -368,12 +408,32 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _RefuseOnImport(importlib.abc.MetaPathFinder):
+    """Ends the process when SGLang imports a module this patch cannot make a baseline of."""
+
+    def __init__(self, module_name: str, reason: str, layout_name: str):
+        self.module_name = module_name
+        self.reason = reason
+        self.layout_name = layout_name
+
+    def find_spec(self, fullname: str, path: Any, target: types.ModuleType | None = None) -> None:
+        if fullname == self.module_name:
+            _fail(f"{self.reason} (import of {fullname})", self.layout_name)
+        return None
+
+
 def install(layout_name: str | None = None) -> None:
     """Patch the worker module now if it is loaded, else when it is imported."""
     layout_name = layout_name or os.environ.get(LAYOUT_ENV) or DEFAULT_LAYOUT
     if layout_name not in SGLANG_LAYOUTS:
         raise HarnessPatchError(f"${LAYOUT_ENV}={layout_name!r} is not a known SGLang layout (known: {', '.join(SGLANG_LAYOUTS)})")
-    module_name = SGLANG_LAYOUTS[layout_name]["worker_module"]
+    layout = SGLANG_LAYOUTS[layout_name]
+    module_name = layout["worker_module"]
+    for refused, reason in layout.get("refused_modules", {}).items():
+        if refused in sys.modules:
+            _fail(f"{reason} ({refused} already imported)", layout_name)
+        if not any(isinstance(f, _RefuseOnImport) and f.module_name == refused for f in sys.meta_path):
+            sys.meta_path.insert(0, _RefuseOnImport(refused, reason, layout_name))
 
     def after_exec(module: types.ModuleType) -> None:
         _apply_and_report(module, layout_name)

@@ -37,6 +37,7 @@ class TrialRecord:
     trace_paths: list[Path] = field(default_factory=list)  # absolute; those that exist
     missing_traces: list[str] = field(default_factory=list)  # listed in trial.json, absent on disk
     server_log: Path | None = None
+    launch: str | None = None  # warm modes: the launch directory (relative) that served it
 
     @property
     def ok(self) -> bool:
@@ -69,6 +70,7 @@ class ReportData:
     variants: list[VariantInfo]
     trials: list[TrialRecord]
     notes: list[str]  # what is missing or broken, one sentence each
+    launches: list[dict[str, Any]] = field(default_factory=list)  # warm modes: launch.json of each launch
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # traces read once per report
 
     @property
@@ -189,7 +191,11 @@ def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> Tri
     for rel_trace in info.get("traces") or []:
         path = trial_dir / str(rel_trace)
         (record.trace_paths.append(path) if path.exists() else record.missing_traces.append(str(rel_trace)))
+    launch = info.get("launch")
+    record.launch = launch if isinstance(launch, str) else None
     log = trial_dir / "server.log"
+    if not log.exists() and record.launch:  # warm modes: the launch's log
+        log = run_dir / record.launch / "server.log"
     record.server_log = log if log.exists() else None
     return record
 
@@ -275,7 +281,20 @@ def load_report_data(run_dir: Path) -> ReportData:
         if t.missing_traces:
             notes.append(f"Trial {t.name}: trace file(s) listed but missing: {', '.join(t.missing_traces)}.")
 
+    launches: list[dict[str, Any]] = []
+    for entry in run.get("launches") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
+            continue
+        record = _read_json(run_dir / entry["dir"] / "launch.json", notes, f"launch {entry['dir']} is not described")
+        launch = {**entry, **(record if isinstance(record, dict) else {})}
+        log = run_dir / entry["dir"] / "server.log"
+        launch["server_log"] = log if log.exists() else None
+        launches.append(launch)
+        if launch.get("status") == "failed":
+            notes.append(f"Server launch {entry['dir']} failed: {launch.get('error') or 'no error recorded'}.")
+
     return ReportData(
+        launches=launches,
         run_dir=run_dir,
         run=run,
         results=results,

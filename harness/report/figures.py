@@ -189,6 +189,10 @@ class TrialPoint:
     index: int  # run order
     variant: str
     value: float
+    launch: str | None = None  # warm modes: the launch that served the block (marker shape)
+
+
+LAUNCH_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
 def tpot_figure(points: Sequence[TrialPoint], variants: Sequence[str], ratio: float | None,
@@ -197,17 +201,27 @@ def tpot_figure(points: Sequence[TrialPoint], variants: Sequence[str], ratio: fl
     right: the candidate/baseline ratio with its confidence interval against the required gain."""
     with plt.rc_context(_RC):
         fig, (ax_order, ax_dist, ax_ratio) = _new(10, 3.2, 3, gridspec_kw={"width_ratios": [3, 1.6, 1.2]})
+        launches = sorted({p.launch for p in points if p.launch is not None})
         for variant in variants:
             pts = [p for p in points if p.variant == variant]
             colour = variant_colour(variant, variants)
-            ax_order.plot([p.index for p in pts], [p.value for p in pts], "o", color=colour, label=variant, ms=6)
+            if not launches:
+                ax_order.plot([p.index for p in pts], [p.value for p in pts], "o", color=colour, label=variant, ms=6)
+                continue
+            # Warm modes: one marker shape per launch of the arm (its k-th launch), colour per arm.
+            own = sorted({p.launch for p in pts if p.launch is not None})
+            for k, launch in enumerate(own):
+                lp = [p for p in pts if p.launch == launch]
+                ax_order.plot([p.index for p in lp], [p.value for p in lp], LAUNCH_MARKERS[k % len(LAUNCH_MARKERS)],
+                              color=colour, ms=5, label=f"{variant} {_launch_label(launch)}")
         order_sorted = sorted(points, key=lambda p: p.index)
         ax_order.plot([p.index for p in order_sorted], [p.value for p in order_sorted], "-", color="#999", lw=0.7, zorder=0)
-        ax_order.set_xlabel("trial index (run order)")
+        unit = "block" if launches else "timed trial"
+        ax_order.set_xlabel(f"{unit} index (run order)")
         _integer_ticks(ax_order)
         ax_order.set_ylabel("median TPOT (ms)")
-        ax_order.legend(frameon=False, fontsize=8)
-        ax_order.set_title("per timed trial, in run order", fontsize=9)
+        ax_order.legend(frameon=False, fontsize=7, ncol=2 if len(launches) > 2 else 1)
+        ax_order.set_title(f"per {unit}, in run order" + (", marker = launch" if launches else ""), fontsize=9)
 
         data = [[p.value for p in points if p.variant == v] for v in variants]
         present = [i for i, d in enumerate(data) if d]
@@ -251,6 +265,39 @@ def tpot_figure(points: Sequence[TrialPoint], variants: Sequence[str], ratio: fl
         return to_svg(fig, "TPOT per trial and ratio")
 
 
+def _launch_label(launch: str) -> str:
+    """`launches/02-baseline-launch1` -> `launch 1`."""
+    tail = launch.rsplit("-launch", 1)
+    return f"launch {tail[1]}" if len(tail) == 2 else launch.rsplit("/", 1)[-1]
+
+
+def pairs_figure(rounds: Sequence[int], ratios: Sequence[float], ratio: float | None,
+                 ci: tuple[float, float] | None, min_gain: float | None) -> str:
+    """The paired differences: candidate/baseline TPOT of each round (or repetition), in run order,
+    with the rule's estimate and interval; log scale, so a 10% gain and a 10% loss look alike."""
+    with plt.rc_context(_RC):
+        fig, (ax,) = _new(9.5, 2.6)
+        ax.plot([r + 1 for r in rounds], ratios, "o-", color="#555", ms=4, lw=0.7, label="candidate / baseline, per pair")
+        if ratio is not None:
+            ax.axhline(ratio, color="#dd8452", lw=1.5, label=f"estimate {ratio:.4f}")
+        if ci is not None:
+            ax.axhspan(ci[0], ci[1], color="#dd8452", alpha=0.15, label=f"interval [{ci[0]:.4f}, {ci[1]:.4f}]")
+        ax.axhline(1.0, color="#777", lw=1, ls="--", label="1.0 = no change")
+        if min_gain:
+            ax.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{1 - min_gain:.3f} = required")
+        ax.set_yscale("log")
+        from matplotlib.ticker import FormatStrFormatter, LogLocator
+
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0)))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
+        ax.set_xlabel("round (pair of blocks, same prompts)")
+        _integer_ticks(ax)
+        ax.set_ylabel("TPOT ratio")
+        ax.legend(frameon=False, fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.28))
+        return to_svg(fig, "paired differences per round")
+
+
 def accept_figure(points: Sequence[TrialPoint], variants: Sequence[str], tolerance: float | None) -> str:
     """Accept length of every timed trial in run order, per variant, with the baseline's band."""
     with plt.rc_context(_RC):
@@ -264,7 +311,7 @@ def accept_figure(points: Sequence[TrialPoint], variants: Sequence[str], toleran
             mid = base[len(base) // 2] if len(base) % 2 else (base[len(base) // 2 - 1] + base[len(base) // 2]) / 2
             ax.axhspan(mid * (1 - tolerance), mid * (1 + tolerance), color=VARIANT_COLOURS["baseline"], alpha=0.12,
                        label=f"baseline median ±{tolerance * 100:g}%")
-        ax.set_xlabel("trial index (run order)")
+        ax.set_xlabel("timed trial or block index (run order)")
         _integer_ticks(ax)
         ax.set_ylabel("accept length (tokens / verify)")
         ax.margins(y=0.3)

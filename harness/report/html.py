@@ -53,7 +53,7 @@ def _why(data: ReportData) -> str:
         items = "".join(f"<li>{_e(r)}</li>" for r in reasons)
         return f'<div class="why NONE" id="why"><h2>Why there is no verdict</h2><ul>{items}</ul></div>'
     bad = [r for r in data.rules if r.get("verdict") == "FAIL"] + [
-        r for r in data.rules if r.get("verdict") not in ("FAIL", "PASS")
+        r for r in data.rules if r.get("verdict") not in ("FAIL", "PASS", "INFO")
     ]
     items = "".join(
         f"<li>{_pill(r.get('verdict'))} <b>{_e(r.get('name'))}</b>: {_e(r.get('reason') or 'no reason given')}</li>"
@@ -91,19 +91,31 @@ def _rule_reason(rule: dict[str, Any]) -> str:
 
 
 def _rules(data: ReportData) -> str:
+    """The judged rules; then, apart, the informational ones (no bound: they cannot fail and are
+    not part of the verdict)."""
     if not data.rules:
         return '<section id="rules"><h2>Rules</h2><div class="missing">No rule results (results.json missing or empty).</div></section>'
-    rows = []
-    for rule in data.rules:
-        verdict = rule.get("verdict")
-        rows.append(
-            f'<tr class="rule-{_e(verdict)}"><td>{_pill(verdict)}</td><td><code>{_e(rule.get("name"))}</code></td>'
-            f'<td>{_e(rule.get("kind"))}</td><td>{_rule_reason(rule)}</td></tr>'
-        )
-    return (
-        '<section id="rules"><h2>Rules</h2><table><thead><tr><th>verdict</th><th>rule</th><th>kind</th>'
-        f"<th>reason</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
-    )
+
+    def table(rules: list[dict[str, Any]]) -> str:
+        rows = []
+        for rule in rules:
+            verdict = rule.get("verdict")
+            rows.append(
+                f'<tr class="rule-{_e(verdict)}"><td>{_pill(verdict)}</td><td><code>{_e(rule.get("name"))}</code></td>'
+                f'<td>{_e(rule.get("kind"))}</td><td>{_rule_reason(rule)}</td></tr>'
+            )
+        return ('<table><thead><tr><th>verdict</th><th>rule</th><th>kind</th>'
+                f"<th>reason</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+    judged = [r for r in data.rules if r.get("verdict") != "INFO"]
+    info = [r for r in data.rules if r.get("verdict") == "INFO"]
+    out = ['<section id="rules"><h2>Rules</h2>', table(judged) if judged else
+           '<div class="missing">No rule that can fail was evaluated.</div>']
+    if info:
+        out.append('<h3 id="informational">Informational: no bound set, so not part of the verdict</h3>')
+        out.append(table(info))
+    out.append("</section>")
+    return "".join(out)
 
 
 def _notes(data: ReportData) -> str:
@@ -195,7 +207,7 @@ def _figures(data: ReportData) -> str:
 
     tpot = tpot_numbers(data)
     points = [
-        figures.TrialPoint(t.index, t.variant, v)
+        figures.TrialPoint(t.index, t.variant, v, t.launch)
         for t in data.trials if t.ok and t.kind == "timed" and (v := t.number("median_tpot_ms")) is not None
     ]
     out.append("<h3>TPOT</h3>")
@@ -209,6 +221,8 @@ def _figures(data: ReportData) -> str:
         f"below the required line. {_e(tpot.line())}.",
         "No timed trial reported a TPOT.",
     ))
+
+    out.append(_pairs_and_launches(data, tpot))
 
     accept_points = [
         figures.TrialPoint(t.index, t.variant, v)
@@ -237,6 +251,63 @@ def _figures(data: ReportData) -> str:
         "No timeline: no readable trace file of a profiled trial (see the notes).",
     ))
     out.append("</section>")
+    return "".join(out)
+
+
+def _pairs_and_launches(data: ReportData, tpot: Any) -> str:
+    """The paired differences per round, and (warm modes) the launches next to the blocks: how far
+    apart two launches of one arm were, against how far apart two blocks of one launch were."""
+    rule = next(iter(data.rules_of_kind("tpot_gain")), None) or next(iter(data.rules_of_kind("aa_noise")), None)
+    numbers = rule.get("numbers") if isinstance(rule, dict) and isinstance(rule.get("numbers"), dict) else {}
+    reps, ratios = numbers.get("pair_repetitions") or [], numbers.get("pair_ratios") or []
+    pairs = [(r, x) for r, x in zip(reps, ratios) if isinstance(r, int) and isinstance(x, (int, float)) and x > 0]
+    out = []
+    if pairs:
+        ci = (tpot.ci_low, tpot.ci_high) if tpot.ci_low is not None and tpot.ci_high is not None else None
+        out.append("<h3>Paired differences</h3>")
+        out.append(_figure(
+            figures.pairs_figure([r for r, _ in pairs], [x for _, x in pairs], tpot.ratio, ci, tpot.min_gain),
+            "<b>What to look for:</b> the candidate/baseline TPOT ratio of each pair (the two blocks of a round: "
+            "same prompts, back to back; in restart mode the two trials of a repetition), in run order, with the "
+            "rule's estimate and interval. The pairs should scatter around the estimate without a trend; a run of "
+            "pairs far from the rest points at a disturbance on the machine.",
+            "No complete pairs.",
+        ))
+    nested = numbers.get("nested") if isinstance(numbers.get("nested"), dict) else None
+    if data.launches or nested:
+        out.append("<h3>Server launches</h3>")
+        if nested and nested.get("sd_block") is not None:
+            launch_sd = nested.get("sd_launch")
+            spread = (f"Two launches of one arm differed by a standard deviation of <b>{launch_sd:.2%}</b> "
+                      f"(F test of launch effects p = {nested.get('launch_p') or float('nan'):.2g}), two blocks of one "
+                      f"launch by <b>{nested['sd_block']:.2%}</b>. "
+                      if launch_sd is not None else
+                      f"Blocks of one launch differed by {nested['sd_block']:.2%}; with one launch per arm the "
+                      "launch-to-launch spread cannot be measured. ")
+            spread += ("The launches differed no more than their blocks make them: the launch term was pooled into the "
+                       "block noise." if nested.get("pooled") else
+                       f"The interval accounts for it ({nested.get('df') or float('nan'):.1f} degrees of freedom)."
+                       if launch_sd is not None else "")
+            out.append(f"<p>{spread}</p>")
+        levels = nested.get("launch_means") if nested and isinstance(nested.get("launch_means"), dict) else {}
+        rows = []
+        for launch in data.launches:
+            served = [t for t in data.trials if t.launch == launch.get("dir")]
+            tpots = [v for t in served if t.ok and t.kind == "timed" and (v := t.number("median_tpot_ms")) is not None]
+            level = levels.get(launch.get("dir"))
+            log = launch.get("server_log")
+            rows.append([
+                _e(launch.get("dir", "?")), _e(launch.get("arm", "?")), _e(launch.get("status", "?")),
+                str(sum(1 for t in served if t.kind == "timed")), str(sum(1 for t in served if t.kind == "profiled")),
+                fmt(sorted(tpots)[len(tpots) // 2] if tpots else None, 3),
+                "-" if level is None else f"{level - 1:+.2%}",
+                fmt(launch.get("startup_s"), 1), fmt(launch.get("warmup_s"), 1),
+                f'<a href="{_e(data.relative(log))}">server.log</a>' if log else "-",
+            ])
+        if rows:
+            out.append(_table(["launch", "arm", "status", "blocks", "profiled", "median TPOT ms",
+                               "level vs its arm", "start-up s", "warm-up s", "log"],
+                              rows, numeric=(3, 4, 5, 6, 7, 8), raw=True))
     return "".join(out)
 
 

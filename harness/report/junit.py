@@ -2,7 +2,9 @@
 
 FAIL -> <failure message=reason>, INCONCLUSIVE -> <skipped message=reason>, PASS -> a plain test
 case. A run without results.json (or without rules) is one test case with an <error>, so that a CI
-publisher never shows "all green" on missing evidence.
+publisher never shows "all green" on missing evidence. Informational rules (INFO: no bound set, so
+they cannot fail) go to a second test suite, `<suite>.informational`, as <skipped type="INFO">:
+shown apart, and never counted as passed.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def junit_tree(data: ReportData) -> ET.ElementTree:
         ET.SubElement(properties, "property", name=name, value=value)
 
     failures = skipped = errors = 0
+    judged = [r for r in rules if r.get("verdict") != "INFO"]
+    info = [r for r in rules if r.get("verdict") == "INFO"]
     if not rules:
         errors = 1
         case = ET.SubElement(suite, "testcase", classname=suite_name, name="results", time="0")
@@ -73,7 +77,7 @@ def junit_tree(data: ReportData) -> ET.ElementTree:
         )
         error = ET.SubElement(case, "error", message=why, type="MissingEvidence")
         error.text = "\n".join(data.notes)
-    for rule in rules:
+    for rule in judged:
         verdict = rule.get("verdict")
         reason = str(rule.get("reason") or "")
         case = ET.SubElement(
@@ -90,15 +94,29 @@ def junit_tree(data: ReportData) -> ET.ElementTree:
             element = ET.SubElement(case, "skipped", message=reason if verdict == "INCONCLUSIVE" else f"verdict {verdict!r}: {reason}")
             element.text = _details(rule)
 
-    tests = max(len(rules), 1)
-    for element in (root, suite):
-        element.set("tests", str(tests))
-        element.set("failures", str(failures))
-        element.set("errors", str(errors))
-        element.set("skipped", str(skipped))
-        element.set("time", f"{duration:.3f}")
+    _set_counts(suite, tests=max(len(judged), 1) if not info else len(judged), failures=failures, errors=errors,
+                skipped=skipped, duration=duration)
+    if info:
+        info_name = f"{suite_name}.informational"
+        info_suite = ET.SubElement(root, "testsuite", name=info_name)
+        for rule in info:
+            case = ET.SubElement(info_suite, "testcase", classname=f"{info_name}.{rule.get('kind', 'rule')}",
+                                 name=str(rule.get("name", "?")), time="0")
+            element = ET.SubElement(case, "skipped", type="INFO", message=f"INFO: {rule.get('reason') or ''}")
+            element.text = _details(rule)
+        _set_counts(info_suite, tests=len(info), failures=0, errors=0, skipped=len(info), duration=0.0)
+    _set_counts(root, tests=max(len(rules), 1), failures=failures, errors=errors, skipped=skipped + len(info),
+                duration=duration)
     ET.indent(root)
     return ET.ElementTree(root)
+
+
+def _set_counts(element: ET.Element, *, tests: int, failures: int, errors: int, skipped: int, duration: float) -> None:
+    element.set("tests", str(tests))
+    element.set("failures", str(failures))
+    element.set("errors", str(errors))
+    element.set("skipped", str(skipped))
+    element.set("time", f"{duration:.3f}")
 
 
 def write_junit(data: ReportData, path: Path) -> Path:

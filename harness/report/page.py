@@ -41,7 +41,9 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaV
         font-weight: 700; font-size: 12px; color: #fff; }
 .pill.PASS { background: var(--pass); } .pill.FAIL { background: var(--fail); }
 .pill.INCONCLUSIVE { background: #bf8700; } .pill.NONE { background: var(--none); }
+.pill.INFO { background: #fff; color: var(--muted); border: 1px solid var(--line); }
 tr.rule-FAIL td { background: #ffebe9; } tr.rule-INCONCLUSIVE td { background: #fff8c5; }
+tr.rule-INFO td { color: var(--muted); }
 .notes { border-left: 6px solid #bf8700; background: #fffbea; }
 .notes ul { margin: 0; padding-left: 18px; }
 .variants { display: flex; gap: 14px; flex-wrap: wrap; }
@@ -63,7 +65,7 @@ td.diff { background: #fff8c5; }
 footer { color: var(--muted); font-size: 12px; margin-top: 20px; }
 """
 
-VERDICT_CLASS = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE"}
+VERDICT_CLASS = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE", "INFO": "INFO"}
 
 # No network at all: block anything a trace name, a run name or a future edit might try to load.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"

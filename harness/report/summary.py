@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.report.data import ReportData
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
 
-VERDICT_ICON = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "⚠️"}
+VERDICT_ICON = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "⚠️", "INFO": "ℹ️"}
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
@@ -30,9 +30,15 @@ def summary_markdown(data: ReportData) -> str:
         + "."
     )
     lines.append("")
-    if data.rules:
+    judged = [r for r in data.rules if r.get("verdict") != "INFO"]
+    info = [r for r in data.rules if r.get("verdict") == "INFO"]
+    for title, rules in ((None, judged), ("**Informational** (no bound set: not part of the verdict)", info)):
+        if not rules:
+            continue
+        if title:
+            lines += [title, ""]
         lines += ["| rule | kind | verdict | reason |", "|---|---|---|---|"]
-        for rule in data.rules:
+        for rule in rules:
             v = str(rule.get("verdict"))
             lines.append(
                 f"| `{_cell(rule.get('name'))}` | {_cell(rule.get('kind'))} | {VERDICT_ICON.get(v, '')} {_cell(v)} | {_cell(rule.get('reason') or '')} |"

@@ -1,9 +1,13 @@
-"""`run_scenario`: the plan, one server per trial, the workload, the profiler, the trace analysis;
+"""`run_scenario`: the plan, the server launches, the workload, the profiler, the trace analysis;
 every artifact written to the run directory as soon as it exists (layout: docs/internals.md).
 
-A run that dies (an exception, Ctrl-C, SIGTERM, a failed trial) keeps what it had, marks run.json
-`incomplete` with the reason and stops every server it started. The first failed trial ends the run:
-with one arm's sample missing, nothing can be concluded (exit 3, INCONCLUSIVE, in `harness run`).
+In `restart` mode every trial starts its own server (its trial directory holds the server.log); in
+the warm modes (`interleaved`, `sequential`) a launch serves many trials (blocks and profiled passes)
+and has a directory of its own under `launches/`.
+
+A run that dies (an exception, Ctrl-C, SIGTERM, a failed trial or launch) keeps what it had, marks
+run.json `incomplete` with the reason and stops every server it started. The first failure ends the
+run: with one arm's sample missing, nothing can be concluded (exit 3, INCONCLUSIVE, in `harness run`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import threading
 import time
 import traceback
@@ -22,11 +27,23 @@ from typing import Any, Literal
 import httpx
 
 from harness.engines import ServerCommand, build_server_command
-from harness.run.environment import collect_environment
 from harness.errors import EXIT_INCONCLUSIVE
-from harness.run.plan import Trial, plan_trials, with_run_seed
-from harness.run.profiling import ProfilingError, start_profile, stop_profile, wait_for_traces
-from harness.scenario import Scenario, scenario_to_yaml
+from harness.run.environment import collect_environment
+from harness.run.plan import (
+    Launch,
+    Plan,
+    Trial,
+    block_size,
+    make_plan,
+    profiled_request_count,
+    with_run_seed,
+)
+from harness.run.profiling import (
+    ProfilingError,
+    start_profile,
+    stop_profile,
+    wait_for_traces,
+)
 from harness.run.server import (
     LOOPBACK,
     NSYS_STOP_GRACE_S,
@@ -35,10 +52,20 @@ from harness.run.server import (
     Terminated,
     export_nsys_sqlite,
     free_port,
+    interrupt_received,
     nsys_profile_argv,
+    raise_if_interrupted,
     signals_raise_interrupt,
 )
-from harness.run.workload import Prompt, RequestRecord, build_prompts, flush_cache, send_requests, summarize
+from harness.run.workload import (
+    Prompt,
+    RequestRecord,
+    build_prompts,
+    flush_cache,
+    send_requests,
+    summarize,
+)
+from harness.scenario import Scenario, scenario_to_yaml
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT_ROOT = Path("reports/runs")
@@ -49,11 +76,19 @@ TRACE_WRITE_TIMEOUT_S = 300.0
 
 
 class TrialFailed(Exception):
-    """A trial could not produce its measurements. One line; `log_tail` has the server's last lines."""
+    """A trial or launch could not produce its measurements. One line; `log_tail` has the server's last lines."""
 
     def __init__(self, message: str, log_tail: list[str] | None = None):
         super().__init__(message)
         self.log_tail = log_tail or []
+
+
+def _interrupt_text(exc: BaseException) -> str:
+    return f"interrupted ({exc})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+def _interrupt_text_for(signum: int) -> str:
+    return _interrupt_text(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
 
 
 # ---- progress -----------------------------------------------------------------------------------
@@ -63,6 +98,8 @@ class RunProgress:
     """Hooks for showing progress; the default does nothing. `harness run` implements them."""
 
     def run_started(self, run_dir: Path, plan: list[Trial]) -> None: ...
+
+    def launch_ready(self, launch: Launch, info: dict[str, Any]) -> None: ...
 
     def trial_started(self, trial: Trial, total_requests: int) -> None: ...
 
@@ -97,6 +134,8 @@ class RunResult:
     outcomes: list[TrialOutcome] = field(default_factory=list)
     interrupted_by: int | None = None  # the signal number that ended the run
     log_tail: list[str] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
+    mode: str = "restart"
 
     @property
     def exit_code(self) -> int | None:
@@ -161,22 +200,12 @@ def update_latest_link(run_dir: Path, link: Path) -> None:
         pass  # a convenience only: never fail a run over it
 
 
-class _RunFile:
-    """run.json, rewritten on every change."""
+class _JsonFile:
+    """A JSON record rewritten (atomically) on every change."""
 
-    def __init__(self, run_dir: Path, scenario: Scenario, plan: list[Trial], aa: bool):
-        self.path = run_dir / "run.json"
-        self.data: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "scenario": scenario.name,
-            "aa": aa,
-            "status": "running",
-            "error": None,
-            "started": _now(),
-            "finished": None,
-            "plan": [t.to_json_dict() for t in plan],
-            "trials_done": 0,
-        }
+    def __init__(self, path: Path, data: dict[str, Any]):
+        self.path = path
+        self.data = data
         self.save()
 
     def save(self) -> None:
@@ -187,7 +216,7 @@ class _RunFile:
         self.save()
 
 
-# ---- one trial ----------------------------------------------------------------------------------
+# ---- server launches ------------------------------------------------------------------------------
 
 
 def _server_info(base_url: str) -> dict[str, Any]:
@@ -215,40 +244,192 @@ def _vocab_limit(server_info: dict[str, Any]) -> int | None:
     return None
 
 
+class _RequestLog:
+    """requests.jsonl of one trial (or a launch's warm-up): appended as each request finishes, so an
+    interrupted trial keeps the requests it completed; rewritten in prompt order at the end."""
+
+    def __init__(self, path: Path, on_measured: Any = None):
+        self.path = path
+        self.records: list[RequestRecord] = []
+        self._lock = threading.Lock()
+        self._on_measured = on_measured
+        path.touch()
+
+    def __call__(self, record: RequestRecord) -> None:
+        with self._lock:
+            self.records.append(record)
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record.to_json_dict()) + "\n")
+            done = sum(1 for r in self.records if not r.warmup)
+        if not record.warmup and self._on_measured is not None:
+            self._on_measured(done)
+
+    def finish(self) -> None:
+        self.records.sort(key=lambda r: r.index)
+        write_jsonl(self.path, [r.to_json_dict() for r in self.records])
+
+
+def _first_failed(records: list[RequestRecord]) -> str | None:
+    failed = [r for r in records if r.error is not None]
+    if not failed:
+        return None
+    first = min(failed, key=lambda r: r.index)
+    return f"{len(failed)} of {len(records)} requests failed; request {first.index}: {first.error}"
+
+
+class _ServerLaunch:
+    """One server process: started, healthy, patches verified, warmed up; stopped at the end.
+
+    `directory` holds its server.log (a trial's own directory in restart mode, `launches/<name>/` in
+    the warm modes, with launch.json there)."""
+
+    def __init__(self, scenario: Scenario, scenario_dir: Path, config: str, directory: Path, *, host: str,
+                 port: int | None, nsys: bool, record: _JsonFile | None = None, clock0: float | None = None):
+        self.scenario = scenario
+        self.scenario_dir = scenario_dir
+        self.config = config
+        self.dir = directory
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self.nsys = nsys
+        self.record = record  # launch.json (warm modes)
+        self.clock0 = clock0  # the run's start (monotonic), for the `*_at_s` times in launch.json
+        self.profile_dir = directory / "profile"
+        self.info: dict[str, Any] = {}
+        self.started_at = 0.0
+        self.command = build_server_command(scenario, config, host=host, port=self.port, profile_dir=self.profile_dir)
+        if nsys:
+            self.command = ServerCommand(nsys_profile_argv(scenario.profile.nsys, self.profile_dir / "nsys",
+                                                           self.command.argv), self.command.env)
+        self.server = ServerProcess(
+            self.command,
+            log_path=directory / "server.log",
+            host=host,
+            port=self.port,
+            startup_timeout_s=scenario.server.startup_timeout_s,
+            stop_grace_s=NSYS_STOP_GRACE_S if nsys else 10.0,
+        )
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    def _update(self, **changes: Any) -> None:
+        if self.record is not None:
+            self.record.update(**changes)
+
+    def _mark(self, event: str) -> None:
+        """`<event>_at_s`: seconds since the run started (ordering launches finer than timestamps)."""
+        if self.clock0 is not None:
+            self._update(**{f"{event}_at_s": round(time.monotonic() - self.clock0, 3)})
+
+    def start(self) -> None:
+        """Start the process (it comes up in the background: see `wait_ready`)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.nsys:
+            self.profile_dir.mkdir(exist_ok=True)
+        self.started_at = time.monotonic()
+        self._update(status="starting", command=self.command.shell(), port=self.port, started=_now())
+        self._mark("started")
+        try:
+            self.server.start()
+        except ServerStartError as exc:
+            self._update(status="failed", error=str(exc))
+            raise TrialFailed(str(exc), exc.log_tail) from None
+        self._update(server_pid=self.server.pid)
+
+    def wait_ready(self) -> None:
+        """Healthy, patches imported, /server_info read."""
+        try:
+            self.server.wait_healthy()
+            self._verify_patches_imported()
+        except (ServerStartError, TrialFailed) as exc:
+            self._update(status="failed", error=str(exc))
+            raise TrialFailed(str(exc), exc.log_tail) from None
+        self.info = _server_info(self.url)
+        self._update(status="up", ready=_now(), startup_s=round(time.monotonic() - self.started_at, 3),
+                     server_info=self.info)
+        self._mark("ready")
+
+    def _verify_patches_imported(self) -> None:
+        """A variant whose patches did not load would silently measure the wrong code."""
+        from harness.engines.bootstrap.sitecustomize import IMPORTED_MARKER
+
+        patches = self.scenario.variants[self.config].patches
+        log = self.server.log_path.read_text(encoding="utf-8", errors="replace")
+        if patches and IMPORTED_MARKER not in log:
+            raise TrialFailed(
+                f"variant {self.config!r} names patches {patches} but server.log has no "
+                f"{IMPORTED_MARKER!r} line: was the harness's sitecustomize shadowed by another one?",
+                self.server.log_tail(),
+            )
+
+    def prompts(self, num_requests: int, first: int) -> tuple[list[Prompt], list[Prompt]]:
+        return build_prompts(self.scenario.workload, scenario_dir=self.scenario_dir, num_requests=num_requests,
+                             vocab_limit=_vocab_limit(self.info), first=first)
+
+    def warm_up(self, log: _RequestLog, *, fail_on_error: bool = True) -> None:
+        """The warm-up requests, then /flush_cache (SGLang resets its accept-length counters there).
+        A restart trial records failed warm-up requests with its own (fail_on_error=False)."""
+        warmup, _ = self.prompts(0, 0)
+        workload = self.scenario.workload
+        timeout = self.scenario.server.request_timeout_s
+
+        async def main() -> None:
+            if warmup:
+                await send_requests(self.url, warmup, workload, request_timeout_s=timeout, on_record=log)
+            await flush_cache(self.url)
+
+        started = time.monotonic()
+        asyncio.run(main())
+        raise_if_interrupted()
+        failed = _first_failed([r for r in log.records if r.warmup])
+        if failed and fail_on_error:
+            self._update(status="failed", error=f"warm-up: {failed}")
+            raise TrialFailed(f"warm-up: {failed}", self.server.log_tail())
+        self._update(warmup_s=round(time.monotonic() - started, 3))
+
+    def stop(self) -> None:
+        self.server.stop()
+        if self.record is not None and self.record.data.get("status") != "failed":
+            self._update(status="stopped")
+        self._update(stopped=_now())
+        self._mark("stopped")
+
+
+# ---- one trial ----------------------------------------------------------------------------------
+
+
 class _TrialRunner:
-    def __init__(
-        self,
-        scenario: Scenario,
-        scenario_dir: Path,
-        run_dir: Path,
-        trial: Trial,
-        progress: RunProgress,
-        host: str,
-        port: int | None,
-    ):
+    """One trial: on its own server (restart mode) or on a running launch (warm modes)."""
+
+    def __init__(self, scenario: Scenario, scenario_dir: Path, run_dir: Path, trial: Trial, progress: RunProgress,
+                 host: str, port: int | None, launch: _ServerLaunch | None = None, launch_dir: str | None = None):
         self.scenario = scenario
         self.scenario_dir = scenario_dir
         self.trial = trial
         self.progress = progress
         self.host = host
-        self.port = port if port is not None else free_port(host)
+        self.port = port
+        self.launch = launch
         # Absolute: the server gets the profile path (env, /start_profile) and may run elsewhere.
         self.dir = (run_dir / trial.dir).resolve()
         self.profile_dir = self.dir / "profile"
-        self.requests_path = self.dir / "requests.jsonl"
-        self.records: list[RequestRecord] = []
-        self._lock = threading.Lock()
+        self.profiled = trial.kind == "profiled"
+        self.num_requests = (profiled_request_count(scenario) if self.profiled
+                             else block_size(scenario) if scenario.trials.warm else scenario.workload.num_requests)
         self.data: dict[str, Any] = {
             "index": trial.index,
             "variant": trial.variant,
             "config": trial.config,
             "kind": trial.kind,
             "repetition": trial.repetition,
+            "launch": launch_dir,
             "status": "running",
             "error": None,
             "command": None,
             "server_pid": None,
-            "port": self.port,
+            "port": None,
             "started": _now(),
             "finished": None,
             "server_info": {},
@@ -259,78 +440,48 @@ class _TrialRunner:
     def save(self) -> None:
         write_json(self.dir / "trial.json", self.data)
 
-    def command(self) -> ServerCommand:
-        command = build_server_command(
-            self.scenario, self.trial.config, host=self.host, port=self.port, profile_dir=self.profile_dir
-        )
-        nsys = self.scenario.profile.nsys
-        if self.trial.kind == "profiled" and nsys.enabled:
-            command = ServerCommand(nsys_profile_argv(nsys, self.profile_dir / "nsys", command.argv), command.env)
-        return command
-
-    def _on_record(self, record: RequestRecord) -> None:
-        # Appended as each request finishes, so an interrupted trial keeps the requests it completed.
-        with self._lock:
-            self.records.append(record)
-            with self.requests_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record.to_json_dict()) + "\n")
-            done = sum(1 for r in self.records if not r.warmup)
-        if not record.warmup:
-            self.progress.request_done(self.trial, done, self._measured_total)
-
     def run(self) -> TrialOutcome:
         self.dir.mkdir(parents=True, exist_ok=True)
-        if self.trial.kind == "profiled":
+        if self.profiled:
             self.profile_dir.mkdir(exist_ok=True)
-        self.requests_path.touch()
-        command = self.command()
-        self.data["command"] = command.shell()
+        log = _RequestLog(self.dir / "requests.jsonl",
+                          lambda done: self.progress.request_done(self.trial, done, self.num_requests))
+        own = self.launch is None
+        launch = self.launch or _ServerLaunch(
+            self.scenario, self.scenario_dir, self.trial.config, self.dir, host=self.host, port=self.port,
+            nsys=self.profiled and self.scenario.profile.nsys.enabled)
+        self.data.update(command=launch.command.shell(), port=launch.port)
         self.save()
-        profiled = self.trial.kind == "profiled"
-        nsys = self.scenario.profile.nsys.enabled and profiled
-        workload = self.scenario.workload
-        num_requests = (self.scenario.profile.requests or workload.num_requests) if profiled else workload.num_requests
-        self._measured_total = num_requests
-        self.progress.trial_started(self.trial, num_requests)
-        server = ServerProcess(
-            command,
-            log_path=self.dir / "server.log",
-            host=self.host,
-            port=self.port,
-            startup_timeout_s=self.scenario.server.startup_timeout_s,
-            stop_grace_s=NSYS_STOP_GRACE_S if nsys else 10.0,
-        )
+        self.progress.trial_started(self.trial, self.num_requests)
         outcome = TrialOutcome(self.trial, "failed")
+        duration: float | None = None
         try:
             try:
-                server.start()
-                self.data["server_pid"] = outcome.server_pid = server.pid
+                if own:
+                    launch.start()
+                    self.data["server_pid"] = launch.server.pid
+                    self.save()
+                    launch.wait_ready()
+                self.data.update(server_pid=launch.server.pid, server_info=launch.info)
                 self.save()
-                server.wait_healthy()
-            except ServerStartError as exc:
-                raise TrialFailed(str(exc), exc.log_tail) from None
-            self._verify_patches_imported(server)
-            info = _server_info(server.base_url)
-            self.data["server_info"] = info
-            self.save()
-            warmup, measured = build_prompts(
-                workload, scenario_dir=self.scenario_dir, num_requests=num_requests, vocab_limit=_vocab_limit(info)
-            )
-            duration = self._drive(server, warmup, measured, profiled)
-            self.data["summary"] = summarize(self.records, duration)
-            failed = [r for r in self.records if r.error is not None]
-            if failed:
-                first = min(failed, key=lambda r: r.index)
-                raise TrialFailed(
-                    f"{len(failed)} of {len(self.records)} requests failed; request {first.index}: {first.error}",
-                    server.log_tail(),
-                )
+                if own:
+                    launch.warm_up(log, fail_on_error=False)
+                duration = self._drive(launch, log)
+                raise_if_interrupted()
+                failed = _first_failed(log.records)
+                if failed:
+                    raise TrialFailed(failed, launch.server.log_tail())
+            except ProfilingError as exc:
+                raise TrialFailed(str(exc), launch.server.log_tail()) from None
         except TrialFailed as exc:
-            outcome.error, outcome.log_tail = str(exc), exc.log_tail
-        except ProfilingError as exc:
-            outcome.error, outcome.log_tail = str(exc), server.log_tail()
+            signum = interrupt_received()
+            if signum is None:
+                outcome.error, outcome.log_tail = str(exc), exc.log_tail
+            else:  # the interrupt tore the requests down: report it as what it is
+                outcome.error = _interrupt_text_for(signum)
+                raise_if_interrupted()
         except KeyboardInterrupt as exc:
-            outcome.error = f"interrupted ({exc})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+            outcome.error = _interrupt_text(exc)
             raise
         except Exception as exc:  # a harness bug must still leave the trial on disk with its reason
             outcome.error = f"{type(exc).__name__}: {exc}"
@@ -338,53 +489,38 @@ class _TrialRunner:
         else:
             outcome.status = "ok"
         finally:
-            server.stop()
-            if nsys:
-                self._export_nsys(outcome)
-            self.records.sort(key=lambda r: r.index)
-            write_jsonl(self.requests_path, [r.to_json_dict() for r in self.records])
-            if self.data["summary"] is None and self.records:
-                self.data["summary"] = summarize(self.records, None)
+            outcome.server_pid = launch.server.pid
+            if own:
+                launch.stop()
+                if launch.nsys:
+                    self._export_nsys(outcome)
+            log.finish()
+            self.data["summary"] = summarize(log.records, duration) if log.records else None
             outcome.summary = self.data["summary"]
             outcome.traces = self.data["traces"] = self._trace_paths()
             self.data.update(status=outcome.status, error=outcome.error, finished=_now())
             self.save()
         return outcome
 
-    def _verify_patches_imported(self, server: ServerProcess) -> None:
-        """A variant whose patches did not load would silently measure the wrong code."""
-        from harness.engines.bootstrap.sitecustomize import IMPORTED_MARKER
-
-        patches = self.scenario.variants[self.trial.config].patches
-        log = (self.dir / "server.log").read_text(encoding="utf-8", errors="replace")
-        if patches and IMPORTED_MARKER not in log:
-            raise TrialFailed(
-                f"variant {self.trial.config!r} names patches {patches} but server.log has no "
-                f"{IMPORTED_MARKER!r} line: was the harness's sitecustomize shadowed by another one?",
-                server.log_tail(),
-            )
-
-    def _drive(self, server: ServerProcess, warmup: list[Prompt], measured: list[Prompt], profiled: bool) -> float:
+    def _drive(self, launch: _ServerLaunch, log: _RequestLog) -> float:
         workload = self.scenario.workload
         timeout = self.scenario.server.request_timeout_s
-        url = server.base_url
+        url = launch.url
+        _, measured = launch.prompts(self.num_requests, self.trial.first_prompt)
 
         async def main() -> float:
-            if warmup:
-                await send_requests(url, warmup, workload, request_timeout_s=timeout, on_record=self._on_record)
-            await flush_cache(url)
-            if profiled:
+            if self.profiled:
                 await asyncio.to_thread(
                     start_profile, url, self.scenario.profile, output_dir=self.profile_dir, profile_id=self.trial.dir_name
                 )
             start = time.perf_counter()
-            await send_requests(
-                url, measured, workload, request_timeout_s=timeout, on_record=self._on_record, rate_seed=self.trial.index
-            )
+            await send_requests(url, measured, workload, request_timeout_s=timeout, on_record=log,
+                                rate_seed=self.trial.index)
             return time.perf_counter() - start
 
         duration = asyncio.run(main())
-        if profiled:
+        raise_if_interrupted()
+        if self.profiled:
             self._collect_traces(url)
         return duration
 
@@ -446,6 +582,79 @@ def describe_commands(scenario: Scenario, plan: list[Trial], *, host: str = LOOP
     return commands
 
 
+class _Launches:
+    """The warm modes' servers: started when first needed (all at once in interleaved mode), stopped
+    after the last trial that uses them (sequential) or at the end."""
+
+    def __init__(self, scenario: Scenario, scenario_dir: Path, run_dir: Path, plan: Plan, progress: RunProgress,
+                 host: str):
+        self.scenario, self.scenario_dir, self.run_dir = scenario, scenario_dir, run_dir
+        self.plan, self.progress, self.host = plan, progress, host
+        self.running: dict[int, _ServerLaunch] = {}
+        self.started: list[_ServerLaunch] = []
+        self.clock0 = time.monotonic()
+
+    def _make(self, launch: Launch) -> _ServerLaunch:
+        directory = (self.run_dir / launch.dir).resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        record = _JsonFile(directory / "launch.json", {**launch.to_json_dict(), "status": "planned", "error": None})
+        server = _ServerLaunch(self.scenario, self.scenario_dir, launch.config, directory, host=self.host, port=None,
+                               nsys=False, record=record, clock0=self.clock0)
+        self.running[launch.index] = server
+        self.started.append(server)
+        return server
+
+    def _bring_up(self, launches: list[Launch]) -> None:
+        """Start the processes together (start-up overlaps), then wait for each and warm it up in turn."""
+        servers = [self._make(launch) for launch in launches]
+        for launch, server in zip(launches, servers):
+            self._step(launch, server.start)
+        for launch, server in zip(launches, servers):
+            self._step(launch, server.wait_ready)
+            log = _RequestLog(server.dir / "requests.jsonl")
+            try:
+                self._step(launch, lambda: server.warm_up(log))
+            finally:
+                log.finish()
+            self.progress.launch_ready(launch, server.record.data if server.record else {})
+
+    @staticmethod
+    def _step(launch: Launch, action: Any) -> None:
+        try:
+            action()
+        except TrialFailed as exc:
+            raise TrialFailed(f"{launch.dir_name}: {exc}", exc.log_tail) from None
+
+    def serving(self, trial: Trial) -> _ServerLaunch | None:
+        launch = self.plan.launch_of(trial)
+        if launch is None:
+            return None
+        if launch.index not in self.running:
+            if self.plan.mode == "sequential":
+                pending = [launch]
+            elif self.scenario.trials.servers_up == "pair":
+                pending = [item for item in self.plan.launches if item.number == launch.number]
+            else:
+                pending = self.plan.launches
+            self._bring_up([item for item in pending if item.index not in self.running])
+        return self.running[launch.index]
+
+    def done_with(self, position: int) -> None:
+        """After the trial at `position`: stop the launches no later trial uses (unless all stay up)."""
+        if self.plan.mode == "interleaved" and self.scenario.trials.servers_up == "all":
+            return
+        for index, last in self.plan.last_use().items():
+            if last == position and index in self.running:
+                self.running.pop(index).stop()
+
+    def stop_all(self) -> None:
+        for index in list(self.running):
+            self.running.pop(index).stop()
+
+    def log_tail(self) -> list[str]:
+        return self.started[-1].server.log_tail() if self.started else []
+
+
 def run_scenario(
     scenario: Scenario,
     scenario_path: Path,
@@ -462,53 +671,78 @@ def run_scenario(
     before anything starts."""
     progress = progress or RunProgress()
     scenario = with_run_seed(scenario)  # written into the run's scenario.yaml: the order is reproducible
-    plan = plan_trials(scenario, aa=aa)
-    commands = describe_commands(scenario, plan, host=host)
+    plan = make_plan(scenario, aa=aa)
+    commands = describe_commands(scenario, plan.trials, host=host)
     scenario_dir = Path(scenario_path).resolve().parent
     # Prompt files are read (and their errors reported) before any server starts.
     build_prompts(scenario.workload, scenario_dir=scenario_dir)
     if dry_run:
-        return RunResult(run_dir=None, status="planned", plan=plan, commands=commands)
+        return RunResult(run_dir=None, status="planned", plan=plan.trials, commands=commands,
+                         launches=plan.launches, mode=plan.mode)
 
     run_dir = new_run_dir(out_root, scenario.name)
-    result = RunResult(run_dir=run_dir, status="incomplete", plan=plan, commands=commands)
+    result = RunResult(run_dir=run_dir, status="incomplete", plan=plan.trials, commands=commands,
+                       launches=plan.launches, mode=plan.mode)
     (run_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario), encoding="utf-8")
-    run_file = _RunFile(run_dir, scenario, plan, aa)
+    started = time.monotonic()
+    run_file = _JsonFile(run_dir / "run.json", {
+        "schema_version": SCHEMA_VERSION, "scenario": scenario.name, "aa": aa, "status": "running", "error": None,
+        "started": _now(), "finished": None, **plan.to_json_dict(), "trials_done": 0,
+    })
     update_latest_link(run_dir, latest_link_path(out_root))
-    progress.run_started(run_dir, plan)
+    progress.run_started(run_dir, plan.trials)
     analysis: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "trials": {}}
     analysis_errors: dict[str, str] = {}
+    launches = _Launches(scenario, scenario_dir, run_dir, plan, progress, host)
     try:
         with signals_raise_interrupt():
-            environment = collect_environment(scenario, variants=sorted({t.config for t in plan}))
-            write_json(run_dir / "environment.json", environment)
-            for trial in plan:
-                outcome = _TrialRunner(scenario, scenario_dir, run_dir, trial, progress, host, port).run()
-                result.outcomes.append(outcome)
-                run_file.update(trials_done=len(result.outcomes))
-                progress.trial_finished(trial, outcome)
-                if outcome.status == "failed":
-                    result.error = f"trial {trial.dir_name} failed: {outcome.error}"
-                    result.log_tail = outcome.log_tail
-                    break
-                if trial.kind == "profiled" and outcome.traces:
+            try:
+                environment = collect_environment(scenario, variants=sorted({t.config for t in plan.trials}))
+                write_json(run_dir / "environment.json", environment)
+                for position, trial in enumerate(plan.trials):
                     try:
-                        analysis["trials"][trial.dir_name] = analyze_trial_traces(scenario, run_dir / trial.dir, outcome.traces)
-                    except Exception as exc:  # noqa: BLE001 - recorded; checks then lack evidence
-                        analysis_errors[trial.dir_name] = f"{type(exc).__name__}: {exc}"
-                        analysis["errors"] = analysis_errors
-                    write_json(run_dir / "analysis.json", analysis)
-            else:
-                if analysis_errors:
-                    name, message = next(iter(analysis_errors.items()))
-                    result.error = f"trace analysis of {name} failed: {message}"
+                        server = launches.serving(trial)
+                    except TrialFailed as exc:
+                        result.error = f"server launch failed: {exc}"
+                        result.log_tail = exc.log_tail
+                        break
+                    launch = plan.launch_of(trial)
+                    outcome = _TrialRunner(scenario, scenario_dir, run_dir, trial, progress, host, port, server,
+                                           launch.dir if launch else None).run()
+                    result.outcomes.append(outcome)
+                    run_file.update(trials_done=len(result.outcomes))
+                    progress.trial_finished(trial, outcome)
+                    if outcome.status == "failed":
+                        result.error = f"trial {trial.dir_name} failed: {outcome.error}"
+                        result.log_tail = outcome.log_tail
+                        break
+                    launches.done_with(position)
+                    if trial.kind == "profiled" and outcome.traces:
+                        try:
+                            analysis["trials"][trial.dir_name] = analyze_trial_traces(
+                                scenario, run_dir / trial.dir, outcome.traces)
+                        except Exception as exc:  # noqa: BLE001 - recorded; checks then lack evidence
+                            analysis_errors[trial.dir_name] = f"{type(exc).__name__}: {exc}"
+                            analysis["errors"] = analysis_errors
+                        write_json(run_dir / "analysis.json", analysis)
                 else:
-                    result.status = "complete"
+                    if analysis_errors:
+                        name, message = next(iter(analysis_errors.items()))
+                        result.error = f"trace analysis of {name} failed: {message}"
+                    else:
+                        result.status = "complete"
+            finally:
+                launches.stop_all()
     except KeyboardInterrupt as exc:
         result.interrupted_by = exc.signum if isinstance(exc, Terminated) else 2
-        result.error = f"interrupted ({exc})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+        result.error = _interrupt_text(exc)
+        result.status = "incomplete"
     except Exception as exc:  # a harness bug: keep the run, the reason and the traceback on disk
         result.error = f"{type(exc).__name__}: {exc} (traceback: {run_dir / 'traceback.txt'})"
+        result.status = "incomplete"
         (run_dir / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
-    run_file.update(status=result.status, error=result.error, finished=_now())
+    measured = sum((o.summary or {}).get("duration_s") or 0.0 for o in result.outcomes if o.trial.kind == "timed")
+    run_file.update(status=result.status, error=result.error, finished=_now(),
+                    wall_s=round(time.monotonic() - started, 3), measured_s=round(measured, 3),
+                    server_launches=len(launches.started) + sum(1 for o in result.outcomes if o.trial.launch is None))
     return result

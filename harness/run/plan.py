@@ -1,8 +1,22 @@
-"""The plan of a run: which server runs (trials) happen, in which order.
+"""The plan of a run: which server launches happen, and which samples each one serves, in which order.
 
-One trial is one server start: a variant ("arm") x a repetition x a kind. Timed trials run without
-the profiler and give one TPOT sample each; profiled trials give trace structure and are never used
-for timing.
+Three modes (`trials.mode`):
+- `restart`: one sample = one trial = one server launch: a variant ("arm") x a repetition x a kind.
+  Simple, and every sample pays the full start-up (weights, CUDA-graph capture, warm-up).
+- `interleaved`: every arm has `launches` server launches, all started at the beginning and kept up.
+  Round r runs one block of requests per arm, in a freshly drawn order; block = one TPOT sample, and
+  the blocks of one round are a pair (same prompts, next to each other in time). The launch serving
+  an arm's block rotates between rounds so that, with L launches, every combination of one launch per
+  arm meets equally often (a Latin rotation): launch-to-launch differences then show up within each
+  arm and are not confounded with the change under test.
+  With `servers_up: pair`, one launch per arm is up at a time instead: launch pair j serves a
+  contiguous share of the rounds, then the next pair starts (for servers of which only two fit).
+- `sequential`: one server at a time (a model that fills the machine). Launch pair j starts each
+  arm's j-th launch in turn (drawn order) and each serves a contiguous share of the rounds as blocks;
+  the blocks of one round (same prompts) are still the pair, and launch pair j is the time block.
+Timed work never runs under the profiler. Profiled passes (structure, never timing) run on each arm's
+warm server before its timed blocks (in `restart`, they are trials of their own); with nsys they get
+their own launch even in the warm modes, since nsys must wrap the server process.
 
 Order:
 - Profiled trials come FIRST. The first server start on a machine pays one-off costs (cold page
@@ -27,7 +41,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from harness.scenario import Scenario
@@ -37,16 +51,43 @@ AA_ARMS = ("baseline", "candidate")
 
 
 @dataclass(frozen=True)
+class Launch:
+    """One server launch of the warm modes: arm x launch number."""
+
+    index: int  # position among the run's launches, in the order they start
+    arm: str
+    config: str  # the scenario variant whose server configuration runs
+    number: int  # 0-based per arm
+
+    @property
+    def dir_name(self) -> str:
+        return f"{self.index:02d}-{self.arm}-launch{self.number}"
+
+    @property
+    def dir(self) -> str:
+        """The launch directory (server.log, launch.json) relative to the run directory."""
+        return f"launches/{self.dir_name}"
+
+    def to_json_dict(self) -> dict:
+        d = asdict(self)
+        d["dir"] = self.dir
+        return d
+
+
+@dataclass(frozen=True)
 class Trial:
     index: int  # position in the run, 0-based
     variant: str  # the arm's name, as results and checks see it
     kind: TrialKind
-    repetition: int  # 0-based, per arm and kind
+    repetition: int  # 0-based, per arm and kind (the round, for the blocks of the warm modes)
     config: str  # the scenario variant whose server configuration runs (differs from `variant` in A/A)
+    launch: int | None = None  # index of the Launch that serves it; None: a launch of its own (restart)
+    first_prompt: int = 0  # index of its first measured prompt in the workload
+    digits: int = 2  # width of the index in the directory name
 
     @property
     def dir_name(self) -> str:
-        return f"{self.index:02d}-{self.variant}-{self.kind}"
+        return f"{self.index:0{self.digits}d}-{self.variant}-{self.kind}"
 
     @property
     def dir(self) -> str:
@@ -55,8 +96,30 @@ class Trial:
 
     def to_json_dict(self) -> dict:
         d = asdict(self)
+        del d["digits"]
         d["dir"] = self.dir
         return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str
+    trials: list[Trial]
+    launches: list[Launch] = field(default_factory=list)  # empty in restart mode
+
+    def launch_of(self, trial: Trial) -> Launch | None:
+        return None if trial.launch is None else self.launches[trial.launch]
+
+    def trials_of_launch(self, launch: Launch) -> list[Trial]:
+        return [t for t in self.trials if t.launch == launch.index]
+
+    def last_use(self) -> dict[int, int]:
+        """Launch index -> position in `trials` of the last trial it serves."""
+        return {t.launch: i for i, t in enumerate(self.trials) if t.launch is not None}
+
+    def to_json_dict(self) -> dict:
+        return {"mode": self.mode, "plan": [t.to_json_dict() for t in self.trials],
+                "launches": [launch.to_json_dict() for launch in self.launches]}
 
 
 def arms(scenario: Scenario, *, aa: bool = False) -> dict[str, str]:
@@ -89,20 +152,102 @@ def with_run_seed(scenario: Scenario) -> Scenario:
     return scenario.model_copy(update={"trials": scenario.trials.model_copy(update={"seed": seed})})
 
 
-def plan_trials(scenario: Scenario, *, aa: bool = False) -> list[Trial]:
-    """The trials in run order. Call `with_run_seed` first to know (and record) the seed used."""
+def rotation(arm_position: int, round_: int, launches: int) -> int:
+    """The launch number serving arm `arm_position` in round `round_` (interleaved mode): arm 0 cycles
+    0, 1, .., L-1; arm i shifts by i every L rounds, so every L*L rounds each combination of one
+    launch per arm meets once (for two arms and L = 2: (0,0) (1,1) (0,1) (1,0))."""
+    return (round_ + arm_position * (round_ // launches)) % launches
+
+
+def round_launch_pairs(rounds: int, launches: int) -> list[int]:
+    """Sequential mode: round -> the launch pair serving it (contiguous, as even as possible)."""
+    return [r * launches // rounds for r in range(rounds)]
+
+
+def block_size(scenario: Scenario) -> int:
+    return scenario.trials.block_requests or scenario.workload.num_requests
+
+
+def profiled_request_count(scenario: Scenario) -> int:
+    return scenario.profile.requests or (block_size(scenario) if scenario.trials.warm else scenario.workload.num_requests)
+
+
+def make_plan(scenario: Scenario, *, aa: bool = False) -> Plan:
+    """The launches and trials in run order. Call `with_run_seed` first to know (and record) the seed."""
     scenario = with_run_seed(scenario)
     arm_config = arms(scenario, aa=aa)
     names = list(arm_config)
     spec = scenario.trials
-    sequence: list[tuple[str, TrialKind, int]] = []
+    assert spec.seed is not None
     # Both orders derive from `trials.seed`, so a seed fixes the whole plan.
     profiled_orders = _orders(names, spec.profiled, spec.order, spec.seed)
     timed_orders = _orders(names, spec.repetitions, spec.order, spec.seed + 1)
-    for kind, orders in (("profiled", profiled_orders), ("timed", timed_orders)):
-        for repetition, block in enumerate(orders):
-            sequence.extend((arm, kind, repetition) for arm in block)
-    return [
-        Trial(index=i, variant=arm, kind=kind, repetition=rep, config=arm_config[arm])
-        for i, (arm, kind, rep) in enumerate(sequence)
+    if not spec.warm:
+        n = scenario.workload.num_requests
+        sequence = [(arm, "profiled", rep, None) for rep, block in enumerate(profiled_orders) for arm in block]
+        sequence += [(arm, "timed", rep, None) for rep, block in enumerate(timed_orders) for arm in block]
+        return Plan("restart", [
+            Trial(index=i, variant=arm, kind=kind, repetition=rep, config=arm_config[arm], first_prompt=0)
+            for i, (arm, kind, rep, _) in enumerate(sequence)
+        ] if n else [])
+    return _warm_plan(scenario, names, arm_config, profiled_orders, timed_orders)
+
+
+def _warm_plan(scenario: Scenario, names: list[str], arm_config: dict[str, str],
+               profiled_orders: list[list[str]], timed_orders: list[list[str]]) -> Plan:
+    spec = scenario.trials
+    per_arm = spec.launches_per_arm
+    rounds = spec.repetitions
+    block = block_size(scenario)
+    # Prompts: round r's blocks use prompts [r*block, (r+1)*block) in every arm (paired work); the
+    # profiled passes use their own prompts after all timed ones.
+    profiled_first = rounds * block
+    profiled_n = profiled_request_count(scenario)
+    own_launch_for_profiles = scenario.profile.nsys.enabled  # nsys must wrap the whole server
+    # (arm, kind, repetition, launch number or None, first prompt)
+    steps: list[tuple[str, TrialKind, int, int | None, int]] = []
+    launch_order: list[tuple[str, int]] = []  # (arm, number) in start order
+    if spec.mode == "interleaved":
+        launch_order = [(arm, j) for j in range(per_arm) for arm in names]
+        pair_of_round = round_launch_pairs(rounds, per_arm)
+        by_pair = spec.servers_up == "pair"
+        for r, order in enumerate(timed_orders):
+            # Profiled passes run first on the launches they profile: before round 0 (servers_up all,
+            # or nsys's own launches), else before the first round of their launch pair.
+            starts_pair = by_pair and (r == 0 or pair_of_round[r] != pair_of_round[r - 1])
+            for rep, porder in enumerate(profiled_orders):
+                if own_launch_for_profiles or not by_pair:
+                    due, number = r == 0, None if own_launch_for_profiles else rep % per_arm
+                else:
+                    due, number = starts_pair and rep % per_arm == pair_of_round[r], pair_of_round[r]
+                if due:
+                    steps += [(arm, "profiled", rep, number, profiled_first + rep * profiled_n) for arm in porder]
+            steps += [(arm, "timed", r, pair_of_round[r] if by_pair else rotation(names.index(arm), r, per_arm), r * block)
+                      for arm in order]
+    else:  # sequential: launch pair j = each arm's j-th launch, one after the other
+        pair_of_round = round_launch_pairs(rounds, per_arm)
+        pair_orders = _orders(names, per_arm, spec.order, spec.seed + 2)
+        if own_launch_for_profiles:
+            for rep, order in enumerate(profiled_orders):
+                steps += [(arm, "profiled", rep, None, profiled_first + rep * profiled_n) for arm in order]
+        for j, order in enumerate(pair_orders):
+            for arm in order:
+                launch_order.append((arm, j))
+                if not own_launch_for_profiles:
+                    steps += [(arm, "profiled", rep, j, profiled_first + rep * profiled_n)
+                              for rep in range(spec.profiled) if rep % per_arm == j]
+                steps += [(arm, "timed", r, j, r * block) for r in range(rounds) if pair_of_round[r] == j]
+    launches = [Launch(index=i, arm=arm, config=arm_config[arm], number=j) for i, (arm, j) in enumerate(launch_order)]
+    index_of = {(launch.arm, launch.number): launch.index for launch in launches}
+    digits = max(2, len(str(len(steps) - 1)))
+    trials = [
+        Trial(index=i, variant=arm, kind=kind, repetition=rep, config=arm_config[arm],
+              launch=None if number is None else index_of[(arm, number)], first_prompt=first, digits=digits)
+        for i, (arm, kind, rep, number, first) in enumerate(steps)
     ]
+    return Plan(spec.mode, trials, launches)
+
+
+def plan_trials(scenario: Scenario, *, aa: bool = False) -> list[Trial]:
+    """The trials in run order (see `make_plan` for the launches too)."""
+    return make_plan(scenario, aa=aa).trials

@@ -292,18 +292,46 @@ class ServerProcess:
         self.stop()
 
 
+# The signal that interrupted the run, once one has: whatever the interrupt unwinds through (an event
+# loop, a request that ends with an error because its connection was torn down), the run is
+# reported as interrupted, never as a failed trial.
+_interrupted_by: int | None = None
+
+
+def interrupt_received() -> int | None:
+    """The signal number of the interrupt received inside `signals_raise_interrupt`, if any."""
+    return _interrupted_by
+
+
+def raise_if_interrupted() -> None:
+    """Raise the interrupt again if one was received (for code that may have swallowed it)."""
+    if _interrupted_by == signal.SIGINT:
+        raise KeyboardInterrupt
+    if _interrupted_by is not None:
+        raise Terminated(_interrupted_by)
+
+
 @contextlib.contextmanager
 def signals_raise_interrupt() -> Iterator[None]:
-    """While active (main thread only), SIGTERM and SIGHUP raise `Terminated`, so context managers
-    unwind and stop their servers instead of the process dying with servers left behind."""
+    """While active (main thread only), SIGINT raises KeyboardInterrupt and SIGTERM/SIGHUP raise
+    `Terminated`, so context managers unwind and stop their servers instead of the process dying
+    with servers left behind. The signal is also recorded (`interrupt_received`): asyncio turns a
+    Ctrl-C into a task cancellation of its own, and a request torn down by it can look like a failed
+    request; the record keeps the run's outcome an interruption."""
+    global _interrupted_by
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _interrupted_by = None
 
     def _raise(signum: int, _frame: object) -> None:
-        raise Terminated(signum)
+        global _interrupted_by
+        first = _interrupted_by is None
+        _interrupted_by = _interrupted_by or signum
+        if first:  # a second signal while unwinding must not interrupt the cleanup
+            raise_if_interrupted()
 
-    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

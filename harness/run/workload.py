@@ -117,22 +117,27 @@ def build_prompts(
     scenario_dir: Path,
     num_requests: int | None = None,
     vocab_limit: int | None = None,
+    first: int = 0,
 ) -> tuple[list[Prompt], list[Prompt]]:
-    """(warmup prompts, measured prompts). Measured prompts have index 0..n-1; warmup prompts have
-    negative indices (-w..-1) and their own prompts, so they never prime the cache for a measured one."""
+    """(warmup prompts, measured prompts). Measured prompts have index first..first+n-1 (a prompt is
+    a function of its index, so the blocks of the warm modes each get their own prompts and every arm
+    the same ones); warmup prompts have negative indices (-w..-1) and their own prompts, so they never
+    prime the cache for a measured one."""
     n = workload.num_requests if num_requests is None else num_requests
     w = workload.warmup_requests
     spec = workload.prompts
+    indices = range(first, first + n)
     if isinstance(spec, FilePrompts):
         texts = _read_text_prompts(spec, scenario_dir)
         order = list(range(len(texts)))
         random.Random(spec.seed).shuffle(order)
-        # Measured prompts first in the drawn order (so they do not depend on the warmup count).
-        measured = [Prompt(i, False, text=texts[order[i % len(order)]]) for i in range(n)]
-        warmup = [Prompt(-w + j, True, text=texts[order[(n + j) % len(order)]]) for j in range(w)]
+        # Measured prompts in the drawn order (so they do not depend on the warmup count); warmup
+        # prompts from the end of the order, away from the first measured ones.
+        measured = [Prompt(i, False, text=texts[order[i % len(order)]]) for i in indices]
+        warmup = [Prompt(-w + j, True, text=texts[order[(-w + j) % len(order)]]) for j in range(w)]
         return warmup, measured
     limit = min(vocab_limit or SYNTHETIC_DEFAULT_VOCAB, SYNTHETIC_DEFAULT_VOCAB)
-    measured = [Prompt(i, False, input_ids=synthetic_prompt_ids(spec.seed, i, workload.input_len, limit)) for i in range(n)]
+    measured = [Prompt(i, False, input_ids=synthetic_prompt_ids(spec.seed, i, workload.input_len, limit)) for i in indices]
     warmup = [
         Prompt(-w + j, True, input_ids=synthetic_prompt_ids(spec.seed, -w + j, workload.input_len, limit))
         for j in range(w)

@@ -186,6 +186,7 @@ def analyze_file(
         counts=rows,
         pattern_totals=counting.pattern_totals(trace, items, patterns),
         top_ops=counting.top_ops(items),
+        region_times=counting.region_times(attribution, items, table),
     )
     return file, FileTables(trace=trace, attribution=attribution, items=items)
 

@@ -20,7 +20,7 @@ from harness.traces.model import TraceTables, name_mask
 from harness.traces.names import KERNEL_LAUNCH_NAME
 from harness.traces.patterns import NamedPattern
 from harness.traces.regions import COMPANION_REGION, NO_REGION, RegionTable
-from harness.traces.schema import CountRow, PatternTotal, RegionCounts, TopOp, Validity
+from harness.traces.schema import CountRow, PatternTotal, RegionCounts, RegionTime, TopOp, Validity
 
 TOP_OPS = 10
 GRAPH_MODE_NOTE = (
@@ -180,6 +180,51 @@ def top_ops(items: Items) -> list[TopOp]:
     top = summary.groupby(["region", "unit"], sort=False).head(TOP_OPS)
     return [TopOp(region=r.region, unit=r.unit, name=r.name, count=int(r.count), time_us=round(float(r.time_us), 3))
             for r in top.itertuples(index=False)]
+
+
+def region_times(attribution: Attribution, items: Items, table: RegionTable) -> dict[str, RegionTime]:
+    """Per region: GPU op time (graph replays + eager ops in its spans), or span wall time on CPU."""
+    launches, spans, frame = attribution.launches, attribution.spans, items.frame
+    is_graph_launch = launches["is_graph"].to_numpy() & (launches["gpu_ops"].to_numpy() > 0)
+    launch_region = launches["region"].to_numpy()
+    span_region = spans["region"].to_numpy() if len(spans) else np.zeros(0, dtype=object)
+    in_unit = (frame["is_graph"].to_numpy() & (frame["launch"].to_numpy() >= 0)) | (
+        ~frame["is_graph"].to_numpy() & (frame["span"].to_numpy() >= 0))
+    op_region, dur = frame["region"].to_numpy(), frame["dur"].to_numpy()
+    out: dict[str, RegionTime] = {}
+    for region in table.region_names:
+        n_graph = int((is_graph_launch & (launch_region == region)).sum())
+        region_spans = span_region == region
+        if not n_graph and not region_spans.any():
+            continue
+        unit, instances = ("graph_launch", n_graph) if n_graph else ("span", int(region_spans.sum()))
+        if items.subject == "gpu_ops":
+            time_us = robust = float(dur[in_unit & (op_region == region)].sum())
+            basis = "gpu_ops"
+        else:
+            time_us, outermost = _wall_time(spans[region_spans])
+            robust, basis = float(np.median(outermost)) * len(outermost), "span_wall"
+        out[region] = RegionTime(unit=unit, instances=instances, time_us=round(time_us, 3), basis=basis,
+                                 robust_time_us=round(robust, 3))
+    return out
+
+
+def _wall_time(spans: pd.DataFrame) -> tuple[float, list[float]]:
+    """Summed duration of the spans, counting time covered by several spans of one thread once;
+    and the durations of the outermost spans (those inside no other span of the set)."""
+    total, outermost = 0.0, []
+    for _, group in spans.groupby(["pid", "tid"], sort=False):
+        end = -np.inf
+        # by start, the longer first: a span that starts with another one but ends earlier is inside it
+        for start, stop in sorted(zip(group["ts"].to_numpy(), (group["ts"] + group["dur"]).to_numpy()),
+                                  key=lambda span: (span[0], -span[1])):
+            if stop <= end:
+                continue
+            if start >= end:
+                outermost.append(stop - start)
+            total += stop - max(start, end)
+            end = stop
+    return total, outermost
 
 
 def validity(trace: TraceTables, attribution: Attribution, items: Items, table: RegionTable) -> Validity:

@@ -59,6 +59,22 @@ class RegionCounts(_Model):
     counts: dict[str, CountRow]
 
 
+class RegionTime(_Model):
+    """A region's time in one trace: on a GPU trace the summed duration of the GPU ops it ran (graph
+    replays and eager work in its spans, whatever their names: replacement kernels count too); on a
+    CPU trace the wall time of its spans (CPU ops nest, so their durations would count twice;
+    nested or overlapping spans of one thread count once). `instances`: its graph launches when it
+    has any, else its spans (one target verify per EAGLE cycle)."""
+
+    unit: Unit
+    instances: int
+    time_us: float
+    basis: Literal["gpu_ops", "span_wall"]
+    # time_us without the outliers a busy CPU puts into wall time: on span_wall the median wall
+    # time of one (outermost) span times their number; on gpu_ops equal to time_us
+    robust_time_us: float | None = None
+
+
 class PatternTotal(_Model):
     """One count pattern over the whole trace, by where the matches ran."""
 
@@ -116,6 +132,7 @@ class FileAnalysis(_Model):
     counts: list[CountRow]  # every (region, unit, pattern) row
     pattern_totals: list[PatternTotal]
     top_ops: list[TopOp]  # per region and unit, the 10 names with the most time
+    region_times: dict[str, RegionTime] = {}  # region -> its time (empty in documents written before it)
 
 
 class CombinedAnalysis(_Model):

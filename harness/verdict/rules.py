@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.verdict import stats
 from harness.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from harness.rundir import RunDir, Trial, load_run_dir
 from harness.scenario import (
@@ -27,11 +26,18 @@ from harness.scenario import (
     OutputIdentityCheck,
     TpotGainCheck,
 )
+from harness.verdict import stats
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+# A rule with nothing to hold the numbers against (every bound unset) cannot fail, so it must not
+# pass either: it is reported as informational and left out of the overall verdict.
+INFO = "INFO"
 EXIT_CODES = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
-# The region whose units count EAGLE cycles (one verify per cycle); draft decode as a fallback.
-CYCLE_REGIONS = ("TARGET_VERIFY", "DRAFT_DECODE")
+# Rule kinds whose bounds are all optional: kind -> the bound fields. Kinds not listed always have
+# a bound (a required one, or a default that can fail).
+OPTIONAL_BOUNDS: dict[str, tuple[str, ...]] = {"explained_gain": ("min_ratio", "max_ratio")}
+# The region whose instances count EAGLE cycles: one target verify per cycle.
+CYCLE_REGION = "TARGET_VERIFY"
 
 
 @dataclass
@@ -87,7 +93,9 @@ class CheckResults:
 
 
 def overall_verdict(verdicts: list[str]) -> str:
-    """FAIL if any rule fails, else INCONCLUSIVE if any is inconclusive (or there are none), else PASS."""
+    """FAIL if any rule fails, else INCONCLUSIVE if any is inconclusive (or none can decide), else
+    PASS. Informational rules (INFO) do not count."""
+    verdicts = [v for v in verdicts if v != INFO]
     if FAIL in verdicts:
         return FAIL
     if not verdicts or INCONCLUSIVE in verdicts:
@@ -322,7 +330,14 @@ def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> RuleResult:
             if low < check.min:
                 return _result(check, FAIL, f"{name} accept length {low:.3f} is below the floor {check.min}",
                                numbers, preconditions)
-    decision = stats.equivalence_within(base, cand, rel_tolerance=check.rel_tolerance, confidence=check.confidence)
+    pairs = timed_pairs(run, check.baseline, check.candidate, "accept_length") if run.warm else None
+    if pairs is not None and len(pairs.repetitions) >= 2:
+        # The blocks of a round carry the same prompts; different rounds, different prompts.
+        decision = stats.paired_equivalence_within(pairs.baseline, pairs.candidate,
+                                                   rel_tolerance=check.rel_tolerance, confidence=check.confidence)
+        numbers["pairs"] = len(pairs.repetitions)
+    else:
+        decision = stats.equivalence_within(base, cand, rel_tolerance=check.rel_tolerance, confidence=check.confidence)
     est = decision.estimate
     numbers.update({"ratio": est.ratio, "ci_low": est.ci_low, "ci_high": est.ci_high, "exact": decision.exact,
                     "confidence": check.confidence})
@@ -358,8 +373,17 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
     blocked = _failed_preconditions(preconditions)
     if blocked:
         return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
-    reference_trial = base_trials[0]
-    reference = outputs_by_index(reference_trial)
+    # The reference output of each prompt: its first baseline trial (in the warm modes each block has
+    # its own prompts, so the reference gathers every baseline trial).
+    reference: dict[int, list[int]] = {}
+    reference_trial: dict[int, str] = {}
+    self_differences = 0  # greedy decoding must be deterministic, or a difference means nothing
+    for trial in base_trials:
+        for index, ids in outputs_by_index(trial).items():
+            if index in reference:
+                self_differences += int(ids != reference[index])
+            else:
+                reference[index], reference_trial[index] = ids, trial.name
     compared = identical = 0
     first = None
     for trial in cand_trials:
@@ -375,13 +399,8 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
                     "request_index": index, "position": pos,
                     "baseline_token": reference[index][pos] if pos < len(reference[index]) else None,
                     "candidate_token": ids[pos] if pos < len(ids) else None,
-                    "baseline_trial": reference_trial.name, "candidate_trial": trial.name,
+                    "baseline_trial": reference_trial[index], "candidate_trial": trial.name,
                 }
-    # The baseline against itself: greedy decoding must be deterministic, or a difference means nothing.
-    self_differences = 0
-    for trial in base_trials[1:]:
-        for index, ids in outputs_by_index(trial).items():
-            self_differences += int(index in reference and ids != reference[index])
     fraction = identical / compared if compared else None
     numbers.update({"compared": compared, "identical": identical, "fraction": fraction,
                     "first_difference": first, "baseline_self_differences": self_differences})
@@ -440,16 +459,61 @@ def timed_pairs(run: RunDir, baseline: str, candidate: str, key: str) -> TimedPa
     return TimedPairs(reps, [b[r] for r in reps], [c[r] for r in reps], "; ".join(notes))
 
 
+@dataclass
+class TimedBlocks:
+    """The warm modes' timed samples of two arms with what they are nested in."""
+
+    variant: list[str]
+    launch: list[str]
+    time_block: list[int]  # the round (interleaved) or launch pair (sequential)
+    repetition: list[int]
+    tpot_ms: list[float]
+    note: str
+
+
+def timed_blocks(run: RunDir, baseline: str, candidate: str, key: str = "median_tpot_ms") -> TimedBlocks:
+    rows: list[tuple[str, str, int, int, float]] = []
+    unusable = 0
+    for variant in (baseline, candidate):
+        for trial in run.trials_of(variant, "timed"):
+            value, rep, launch = trial.summary.get(key), trial.info.get("repetition"), trial.info.get("launch")
+            if value is None:
+                continue
+            if not isinstance(rep, int) or not isinstance(launch, str):
+                unusable += 1
+                continue
+            block = rep if run.mode == "interleaved" else run.launch_number(launch)
+            if block is None:
+                unusable += 1
+                continue
+            rows.append((variant, launch, block, rep, float(value)))
+    note = f"{unusable} block(s) without a launch or round" if unusable else ""
+    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
+    return TimedBlocks(*[list(c) for c in cols], note=note)  # type: ignore[arg-type]
+
+
 def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-    """The TPOT gain decision: paired by repetition when >= MIN_PAIRS complete pairs exist, else
-    unpaired (with the reason saying so). Returns (decision, numbers about the data and the mode)."""
+    """The TPOT gain decision. Warm modes: the mixed model of blocks nested in launches. Restart
+    mode: paired by repetition when >= MIN_PAIRS complete pairs exist, else unpaired (with the reason
+    saying so). Returns (decision, numbers about the data and the mode)."""
     base = timed_values(run, baseline, "median_tpot_ms")
     cand = timed_values(run, candidate, "median_tpot_ms")
     pairs = timed_pairs(run, baseline, candidate, "median_tpot_ms")
     n = len(pairs.repetitions)
     numbers: dict[str, Any] = {"baseline_ms": base, "candidate_ms": cand, "pairs": n, "paired": False,
-                               "pair_repetitions": pairs.repetitions, "pair_ratios": [
+                               "mode": run.mode, "pair_repetitions": pairs.repetitions, "pair_ratios": [
                                    c / b if b > 0 else None for b, c in zip(pairs.baseline, pairs.candidate)]}
+    if run.warm:
+        blocks = timed_blocks(run, baseline, candidate)
+        nested_kwargs = {k: v for k, v in kwargs.items() if k not in ("resamples", "seed")}
+        decision, fit = stats.nested_tpot_gain_decision(
+            blocks.tpot_ms, [v == candidate for v in blocks.variant], blocks.launch, blocks.time_block, **nested_kwargs)
+        numbers["nested"] = fit.to_dict()
+        numbers["blocks"] = [{"variant": v, "launch": lch, "round": r, "tpot_ms": x}
+                             for v, lch, r, x in zip(blocks.variant, blocks.launch, blocks.repetition, blocks.tpot_ms)]
+        if blocks.note:
+            decision = _with_reason(decision, f"{decision.reason} ({blocks.note})")
+        return decision, numbers
     if n >= stats.MIN_PAIRS:
         paired_kwargs = {k: v for k, v in kwargs.items() if k not in ("resamples", "seed")}
         decision = stats.paired_tpot_gain_decision(pairs.baseline, pairs.candidate, **paired_kwargs)
@@ -465,6 +529,31 @@ def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) ->
     return decision, numbers
 
 
+def _tpot_preconditions(run: RunDir, numbers: dict[str, Any], baseline: str, candidate: str) -> list[Precondition]:
+    if numbers.get("nested") is not None:
+        fit = numbers["nested"]
+        launches = fit.get("n_launches") or {}
+        fewest = min(launches.values()) if launches else 0
+        return [
+            Precondition("launches per arm", fewest >= stats.MIN_LAUNCHES,
+                         f"{launches.get('baseline', 0)} baseline and {launches.get('candidate', 0)} candidate launches "
+                         f"with blocks (at least {stats.MIN_LAUNCHES} per arm: with one, a launch-to-launch difference "
+                         "cannot be told from the change)"),
+            Precondition("rounds", fit.get("n_time_blocks", 0) >= stats.MIN_PAIRS,
+                         f"{fit.get('n_time_blocks', 0)} rounds or launch pairs with blocks "
+                         f"(at least {stats.MIN_PAIRS} needed for a verdict)"
+                         if run.mode == "interleaved" else f"{fit.get('n_blocks', 0)} blocks"),
+        ]
+    if numbers["paired"]:
+        n = numbers["pairs"]
+        return [Precondition("complete repetition pairs", n >= stats.MIN_PAIRS,
+                             f"{n} repetition(s) with an ok timed trial of both arms "
+                             f"(at least {stats.MIN_PAIRS} needed for a paired verdict)")]
+    return [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS,
+                         f"{len(v)} trial(s) with a TPOT (at least {stats.MIN_TRIALS} needed for a verdict)")
+            for name, v in ((baseline, numbers["baseline_ms"]), (candidate, numbers["candidate_ms"]))]
+
+
 def _with_reason(decision: Any, reason: str) -> Any:
     return dataclasses.replace(decision, reason=reason)
 
@@ -474,7 +563,6 @@ def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck) -> RuleResult:
                                        confidence=check.confidence, alpha=check.alpha,
                                        resamples=check.resamples, seed=check.seed)
     est = decision.estimate
-    base, cand = numbers["baseline_ms"], numbers["candidate_ms"]
     numbers.update({
         "ratio": est.ratio, "ci_low": est.ci_low,
         "ci_high": est.ci_high, "confidence": est.confidence, "gain": decision.gain, "p_value": decision.p_value,
@@ -482,71 +570,175 @@ def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck) -> RuleResult:
         "gain_needed_to_pass": decision.gain_needed_to_pass, "fail_kind": decision.fail_kind,
         "reliable": est.reliable, "method": est.method, "statistic": est.statistic,
     })
-    if numbers["paired"]:
-        n = numbers["pairs"]
-        preconditions = [Precondition("complete repetition pairs", n >= stats.MIN_PAIRS,
-                                      f"{n} repetition(s) with an ok timed trial of both arms "
-                                      f"(at least {stats.MIN_PAIRS} needed for a paired verdict)")]
-    else:
-        preconditions = [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS,
-                                      f"{len(v)} trial(s) with a TPOT (at least {stats.MIN_TRIALS} needed for a verdict)")
-                         for name, v in ((check.baseline, base), (check.candidate, cand))]
+    preconditions = _tpot_preconditions(run, numbers, check.baseline, check.candidate)
     return _result(check, decision.verdict, decision.reason, numbers, preconditions)
 
 
-def _pattern_time_per_cycle(run: RunDir, variant: str, pattern: str, regions: list[str]) -> tuple[float, int] | None:
-    """Mean time (us) of `pattern` in `regions` per EAGLE cycle, over the variant's profiled traces."""
+def _pattern_time_per_cycle(run: RunDir, variant: str, pattern: str, regions: list[str]) -> float | None:
+    """Mean time (us) of `pattern` in `regions` per EAGLE cycle (one target verify), rank 0."""
     time_us, cycles = 0.0, 0
     for trial in run.trials_of(variant, "profiled"):
         for facts in analysis_files(run, trial):
             if facts.get("rank", 0) != 0:
-                continue  # ranks run in parallel: one rank's cycles are the cycles
+                continue
             for region in regions:
-                counts = region_pattern_counts(facts, region, pattern)
-                time_us += float((counts or {}).get("time_us") or 0.0)
-            for region in CYCLE_REGIONS:
-                counts = region_pattern_counts(facts, region, pattern)
-                if counts and counts.get("replays"):
-                    cycles += int(counts["replays"])
-                    break
-    return (time_us / cycles, cycles) if cycles else None
+                time_us += float((region_pattern_counts(facts, region, pattern) or {}).get("time_us") or 0.0)
+            cycles += int(((facts.get("region_times") or {}).get(CYCLE_REGION) or {}).get("instances") or 0)
+    return time_us / cycles if cycles else None
+
+
+@dataclass
+class RegionTimes:
+    """A variant's time per EAGLE cycle in each region, from its profiled traces (rank 0: ranks
+    run in parallel, so one rank's cycles are the cycles)."""
+
+    per_cycle_us: dict[str, float]
+    cycles: int
+    basis: set[str]
+    missing: list[str]  # asked-for regions that no profiled trace of the variant shows
+    files: int
+    files_without_times: int  # analyses written before region times existed
+
+
+def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> RegionTimes:
+    regions = list(dict.fromkeys(regions))
+    totals = {r: 0.0 for r in regions}
+    seen: set[str] = set()
+    cycles = files = without = 0
+    basis: set[str] = set()
+    for trial in run.trials_of(variant, "profiled"):
+        for facts in analysis_files(run, trial):
+            if facts.get("rank", 0) != 0:
+                continue
+            files += 1
+            times = facts.get("region_times")
+            if not times:
+                without += 1
+                continue
+            verify = times.get(CYCLE_REGION) or {}
+            if not verify.get("instances"):
+                continue
+            cycles += int(verify["instances"])
+            for region in regions:
+                if region in times:
+                    seen.add(region)
+                    fact = times[region]
+                    # robust: one spike of a busy CPU would dominate a mean over a few dozen cycles
+                    totals[region] += float(fact["robust_time_us"] if fact.get("robust_time_us") is not None
+                                            else fact["time_us"])
+                    basis.add(fact["basis"])
+    per_cycle = {r: totals[r] / cycles for r in regions} if cycles else {}
+    return RegionTimes(per_cycle, cycles, basis, [r for r in regions if r not in seen], files, without)
 
 
 def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResult:
+    """Does the TPOT saving match what the profiles show changed in the regions of the change?
+
+    Prediction: the drop in the regions' time per EAGLE cycle, baseline minus candidate (whatever
+    ran there: the removed ops, and the ops that replace them; the candidate's times scaled by
+    the reference region), divided by the tokens one cycle emits (the accept length). Measured:
+    the baseline's median TPOT times (1 - TPOT ratio), with the interval of that ratio (paired
+    when the TPOT rule would pair). The verdict is an equivalence test on measured/predicted:
+    PASS when its whole interval lies inside the bounds, FAIL when it lies outside, else
+    INCONCLUSIVE. The prediction is taken as exact: its noise is what the bounds' width absorbs."""
     base_t = timed_values(run, check.baseline, "median_tpot_ms")
     cand_t = timed_values(run, check.candidate, "median_tpot_ms")
-    base_pc = _pattern_time_per_cycle(run, check.baseline, check.pattern, check.regions)
-    cand_pc = _pattern_time_per_cycle(run, check.candidate, check.pattern, check.regions)
     accept = timed_values(run, check.baseline, "accept_length")
+    reference = [check.reference_region] if check.reference_region else []
+    base = region_times_per_cycle(run, check.baseline, [*check.regions, *reference])
+    cand = region_times_per_cycle(run, check.candidate, [*check.regions, *reference])
     preconditions = [
         Precondition("timed trials in both variants", bool(base_t) and bool(cand_t), f"{len(base_t)} and {len(cand_t)}"),
-        Precondition(f"{check.baseline}: cycles in the profile", base_pc is not None, "no TARGET_VERIFY or DRAFT_DECODE units"),
-        Precondition(f"{check.candidate}: cycles in the profile", cand_pc is not None, "no TARGET_VERIFY or DRAFT_DECODE units"),
         Precondition(f"{check.baseline}: accept length", bool(accept), "needed to turn time per cycle into time per token"),
     ]
+    for name, times in ((check.baseline, base), (check.candidate, cand)):
+        preconditions += [
+            Precondition(f"{name}: profiled traces with region times", times.files > 0 and not times.files_without_times,
+                         f"{times.files} rank-0 trace analyses, {times.files_without_times} without region times "
+                         "(analysis.json from an older harness: run again)"),
+            Precondition(f"{name}: cycles in the profile", times.cycles > 0,
+                         f"{times.cycles} target verifies (one per EAGLE cycle)"),
+            Precondition(f"{name}: every region of the rule in the profile", not times.missing,
+                         f"missing: {', '.join(times.missing)}" if times.missing else f"{', '.join(check.regions + reference)}"),
+        ]
+        if reference and not times.missing:
+            preconditions.append(Precondition(f"{name}: reference region {reference[0]} took time",
+                                              times.per_cycle_us.get(reference[0], 0.0) > 0, "0 us per cycle"))
+    preconditions.append(Precondition(
+        "both variants timed the same way", len(base.basis | cand.basis) <= 1,
+        f"bases {sorted(base.basis)} and {sorted(cand.basis)} (GPU op time vs span wall time)"))
     numbers: dict[str, Any] = {}
     blocked = _failed_preconditions(preconditions)
     if blocked:
         return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
-    measured = float(np.median(base_t) - np.median(cand_t))
+    decision, _ = _tpot_decision(run, check.baseline, check.candidate, min_gain=0.0, confidence=check.confidence)
+    est = decision.estimate
+    interval_ok = est.ratio is not None and est.ci_low is not None and est.ci_high is not None and est.reliable
+    preconditions.append(Precondition("TPOT ratio with an interval", interval_ok,
+                                      est.reason or f"{est.method}: {est.ratio} [{est.ci_low}, {est.ci_high}]"))
+    if not interval_ok:
+        return _result(check, INCONCLUSIVE, _failed_preconditions(preconditions) or "no TPOT interval", numbers,
+                       preconditions)
+    base_tpot = float(np.median(base_t))
+    measured, measured_lo, measured_hi = (base_tpot * (1 - r) for r in (est.ratio, est.ci_high, est.ci_low))
     tokens_per_cycle = float(np.median(accept))
-    removed_us = base_pc[0] - cand_pc[0]
-    predicted = removed_us / tokens_per_cycle / 1000.0
-    ratio = measured / predicted if predicted > 0 else None
-    numbers = {"measured_saving_ms": measured, "predicted_saving_ms": predicted, "ratio": ratio,
-               "removed_us_per_cycle": removed_us, "tokens_per_cycle": tokens_per_cycle,
-               "baseline_pattern_us_per_cycle": base_pc[0], "candidate_pattern_us_per_cycle": cand_pc[0],
-               "profiled_cycles": {"baseline": base_pc[1], "candidate": cand_pc[1]}}
-    summary = (f"measured TPOT saving {measured * 1000:.1f} us/token; the traces predict {predicted * 1000:.1f} "
-               f"us/token ({removed_us:.1f} us of {check.pattern} removed per cycle / {tokens_per_cycle:.2f} tokens)")
+    # The candidate's times on the baseline's scale: the reference region ran the same code in both,
+    # so any difference there is the machine (load, clocks) during the two profiled trials.
+    scale = base.per_cycle_us[reference[0]] / cand.per_cycle_us[reference[0]] if reference else 1.0
+    regions = {r: {"baseline_us_per_cycle": base.per_cycle_us[r], "candidate_us_per_cycle": cand.per_cycle_us[r] * scale,
+                   "saving_us_per_cycle": base.per_cycle_us[r] - cand.per_cycle_us[r] * scale}
+               for r in dict.fromkeys(check.regions)}
+    saving_us = sum(r["saving_us_per_cycle"] for r in regions.values())
+    predicted = saving_us / tokens_per_cycle / 1000.0
+    ratio, ratio_lo, ratio_hi = ((m / predicted if predicted > 0 else None) for m in (measured, measured_lo, measured_hi))
+    base_pattern = _pattern_time_per_cycle(run, check.baseline, check.pattern, check.regions)
+    cand_pattern = _pattern_time_per_cycle(run, check.candidate, check.pattern, check.regions)
+    pattern_removed = (base_pattern - cand_pattern) if base_pattern is not None and cand_pattern is not None else None
+    numbers = {"measured_saving_ms": measured, "measured_ci_ms": [measured_lo, measured_hi],
+               "predicted_saving_ms": predicted, "ratio": ratio, "ratio_ci": [ratio_lo, ratio_hi],
+               "confidence": check.confidence, "paired": est.method,
+               "saving_us_per_cycle": saving_us, "tokens_per_cycle": tokens_per_cycle, "regions": regions,
+               "pattern_removed_us_per_cycle": pattern_removed, "basis": sorted(base.basis | cand.basis),
+               "profiled_cycles": {"baseline": base.cycles, "candidate": cand.cycles},
+               "reference_region": check.reference_region, "candidate_scale": scale,
+               "min_ratio": check.min_ratio, "max_ratio": check.max_ratio}
+    per_region = ", ".join(f"{r} {v['saving_us_per_cycle']:+.1f}" for r, v in regions.items())
+    of_pattern = f"; {check.pattern} alone {pattern_removed:.1f} us" if pattern_removed is not None else ""
+    scaled = f"; candidate scaled x{scale:.3f} by {reference[0]}" if reference else ""
+    summary = (f"measured TPOT saving {measured * 1000:.1f} us/token; the profiles predict {predicted * 1000:.1f} "
+               f"us/token ({saving_us:.1f} us less per cycle in the regions [{per_region}]{of_pattern}{scaled} / "
+               f"{tokens_per_cycle:.2f} tokens)")
     if predicted <= 0:
-        return _result(check, INCONCLUSIVE, f"{summary}: nothing removed, so nothing to explain", numbers, preconditions)
-    summary += f"; ratio {ratio:.2f}"
-    if check.min_ratio is not None and ratio < check.min_ratio:
-        return _result(check, FAIL, f"{summary} < {check.min_ratio}", numbers, preconditions)
-    if check.max_ratio is not None and ratio > check.max_ratio:
-        return _result(check, FAIL, f"{summary} > {check.max_ratio}", numbers, preconditions)
-    return _result(check, PASS, summary, numbers, preconditions)
+        return _result(check, INCONCLUSIVE, f"{summary}: the regions are not faster in the candidate, so there is "
+                       "no saving to explain", numbers, preconditions)
+    summary += f"; ratio {ratio:.2f} [{ratio_lo:.2f}, {ratio_hi:.2f}] ({check.confidence:.0%})"
+    low, high = check.min_ratio, check.max_ratio
+    if low is not None and ratio_hi < low:
+        return _result(check, FAIL, f"{summary} < {low}: the profiles' saving does not reach TPOT",
+                       numbers, preconditions)
+    if high is not None and ratio_lo > high:
+        return _result(check, FAIL, f"{summary} > {high}: TPOT gained more than the profiles explain",
+                       numbers, preconditions)
+    bounds = " and ".join(b for b in (f">= {low}" if low is not None else "", f"<= {high}" if high is not None else "") if b)
+    if (low is None or ratio_lo >= low) and (high is None or ratio_hi <= high):
+        return _result(check, PASS, f"{summary}: inside {bounds}" if bounds else summary, numbers, preconditions)
+    return _result(check, INCONCLUSIVE, f"{summary}: the interval straddles {bounds}; more repetitions narrow it",
+                   numbers, preconditions)
+
+
+def informational(check: Any) -> list[str] | None:
+    """The unset bound fields of a rule that has no bound at all (so it cannot fail), else None."""
+    fields = OPTIONAL_BOUNDS.get(check.kind)
+    if fields and all(getattr(check, f) is None for f in fields):
+        return list(fields)
+    return None
+
+
+def _as_information(result: RuleResult, unset: list[str]) -> RuleResult:
+    """A rule that cannot fail, reported for its numbers only: INFO, whatever it found."""
+    result.reason = f"informational (no bound: set {' or '.join(unset)} to judge it): {result.reason}"
+    result.verdict = INFO
+    return result
 
 
 EVALUATORS: dict[str, Callable[[RunDir, Any], RuleResult]] = {
@@ -564,6 +756,10 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
     min_gain = tpot_rules[0].min_gain if tpot_rules else 0.01
     decision, data = _tpot_decision(run, "baseline", "candidate", min_gain=min_gain)
     a, b = data["baseline_ms"], data["candidate_ms"]
+    check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
+                          description="A/A: the TPOT rule on two arms of the same variant")
+    if data.get("nested") is not None:
+        return _aa_nested(run, check, decision, data)
     if data["paired"]:
         pairs = timed_pairs(run, "baseline", "candidate", "median_tpot_ms")
         floor = stats.noise_floor(pairs.baseline, pairs.candidate, min_gain=min_gain, paired=True)
@@ -572,8 +768,6 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
     floor_d = floor.to_dict()
     numbers = {"a_ms": a, "b_ms": b, "decision": decision.to_dict(), "noise": floor_d, "min_gain": min_gain,
                "paired": data["paired"], "pairs": data["pairs"], "pair_ratios": data["pair_ratios"]}
-    check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
-                          description="A/A: the TPOT rule on two arms of the same variant")
     # With min_gain > 0, "gain below min_gain" is the right answer on A/A data; only a PASS or a
     # "slower" FAIL is false.
     if decision.verdict == PASS or decision.fail_kind == "slower":
@@ -584,6 +778,31 @@ def evaluate_aa_noise(run: RunDir) -> RuleResult:
                           f"too few timed trials ({len(a)} and {len(b)})", _params(check), numbers)
     n = data["pairs"] if data["paired"] else len(a)
     return RuleResult(check.name, "aa_noise", check.description, PASS, _aa_summary(floor_d, min_gain, n),
+                      _params(check), numbers)
+
+
+def _aa_nested(run: RunDir, check: TpotGainCheck, decision: Any, data: dict[str, Any]) -> RuleResult:
+    """A/A in a warm mode: the nested model's verdict must be neither PASS nor FAIL "slower"; the
+    spreads it found (launch to launch, block to block) and the smallest detectable gain are the
+    noise floor."""
+    fit = data["nested"]
+    numbers = {"a_ms": data["baseline_ms"], "b_ms": data["candidate_ms"], "decision": decision.to_dict(),
+               "min_gain": check.min_gain, "mode": data["mode"], "nested": fit, "blocks": data["blocks"],
+               "pairs": data["pairs"], "pair_ratios": data["pair_ratios"], "paired": False}
+    if decision.verdict == PASS or decision.fail_kind == "slower":
+        return RuleResult(check.name, "aa_noise", check.description, FAIL,
+                          f"false {decision.verdict} on A/A data: {decision.reason}", _params(check), numbers)
+    if not decision.estimate.reliable:
+        return RuleResult(check.name, "aa_noise", check.description, INCONCLUSIVE, decision.reason,
+                          _params(check), numbers)
+    parts = [f"{fit['n_blocks']} blocks in {sum((fit.get('n_launches') or {}).values())} launches",
+             f"block-to-block sd {fit['sd_block']:.2%}"]
+    if fit.get("sd_launch") is not None:
+        parts.append(f"launch-to-launch sd {fit['sd_launch']:.2%} (F test p={fit['launch_p']:.2g}"
+                     f"{', pooled' if fit.get('pooled') else ''})")
+    if decision.mde is not None:
+        parts.append(f"smallest detectable gain {decision.mde:.2%}")
+    return RuleResult(check.name, "aa_noise", check.description, PASS, "no false verdict; " + "; ".join(parts),
                       _params(check), numbers)
 
 
@@ -616,7 +835,9 @@ def evaluate_run(run: RunDir) -> CheckResults:
                 rules.append(EVALUATORS[check.kind](run, check))
     else:
         for check in run.scenario.checks:
-            rules.append(EVALUATORS[check.kind](run, check))
+            result = EVALUATORS[check.kind](run, check)
+            unset = informational(check)
+            rules.append(_as_information(result, unset) if unset else result)
     variants = {
         name: {
             "timed_trials": [t.name for t in run.trials_of(name, "timed")],

@@ -67,6 +67,12 @@ __all__ = [
     "repetitions_needed",
     "noise_floor",
     "false_verdict_rate",
+    "paired_equivalence_within",
+    "MIN_LAUNCHES",
+    "NestedFit",
+    "fit_nested",
+    "nested_ratio_ci",
+    "nested_tpot_gain_decision",
 ]
 
 
@@ -81,8 +87,18 @@ from harness.verdict.stats.base import (
     RankTest,
     RatioEstimate,
 )
-from harness.verdict.stats.equivalence import equivalence_within
+from harness.verdict.stats.equivalence import (
+    equivalence_within,
+    paired_equivalence_within,
+)
 from harness.verdict.stats.gain import tpot_gain_decision
+from harness.verdict.stats.nested import (
+    MIN_LAUNCHES,
+    NestedFit,
+    fit_nested,
+    nested_ratio_ci,
+    nested_tpot_gain_decision,
+)
 from harness.verdict.stats.noise import false_verdict_rate, noise_floor, robust_cv
 from harness.verdict.stats.paired import (
     MIN_PAIRS,

@@ -6,6 +6,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
+import numpy as np
 from scipy import stats as _st
 
 from harness.verdict.stats.base import (
@@ -115,3 +116,61 @@ def equivalence_within(
     return decision(INCONCLUSIVE, f"{summary}: {why}", est)
 
 
+
+
+def paired_equivalence_within(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    rel_tolerance: float,
+    confidence: float = 0.90,
+) -> EquivalenceDecision:
+    """TOST equivalence of the geometric-mean ratio of aligned pairs (pair i: the same prompts in
+    both arms, e.g. the two blocks of one round) within [1 - tol, 1 + tol].
+
+    d_i = log(candidate_i / baseline_i); t interval on mean(d) with n - 1 df; same verdicts as
+    `equivalence_within`. Pairs take the prompts' own variation out: different blocks carry different
+    prompts, whose accept lengths differ far more than the arms do. Exact case: every d_i is 0 (greedy
+    decoding of the same prompts gave the same acceptance), so the ratio is exactly 1.
+    """
+    if not isinstance(rel_tolerance, numbers.Real) or not (0.0 < float(rel_tolerance) < 1.0):
+        raise ValueError(f"rel_tolerance must be in (0, 1), got {rel_tolerance!r}")
+    _check_unit("confidence", confidence)
+    tol = float(rel_tolerance)
+    lower, upper = 1.0 - tol, 1.0 + tol
+    b, pb = _clean(baseline, "baseline")
+    c, pc = _clean(candidate, "candidate")
+    if not (pb or pc) and b.size != c.size:
+        raise ValueError(f"paired values need one baseline and one candidate per pair; got {b.size} and {c.size}")
+    common = dict(confidence=float(confidence), n_baseline=int(b.size), n_candidate=int(c.size),
+                  statistic="geometric mean of pair ratios", resamples=0, seed=None)
+
+    def decision(verdict: Verdict, reason: str, est: RatioEstimate, exact: bool = False) -> EquivalenceDecision:
+        return EquivalenceDecision(verdict, reason, tol, lower, upper, exact, est)
+
+    if pb or pc:
+        reason = "; ".join(p for p in (pb, pc) if p)
+        est = RatioEstimate(None, None, None, method="none", reliable=False, reason=reason, **common)
+        return decision(INCONCLUSIVE, f"no usable data: {reason}", est)
+    d = np.log(c) - np.log(b)
+    ratio = float(math.exp(d.mean()))
+    band = f"band [{lower:.4f}, {upper:.4f}]"
+    if b.size < 2:
+        reason = f"{b.size} pair(s); need >= 2"
+        est = RatioEstimate(ratio, None, None, method="none", reliable=False, reason=reason, **common)
+        return decision(INCONCLUSIVE, f"ratio {ratio:.4f}: {reason}", est)
+    if bool(np.all(np.abs(d) <= _EPS)):
+        est = RatioEstimate(1.0, 1.0, 1.0, method="exact", reliable=True,
+                            reason="identical in every pair: deterministic values, exact ratio", **common)
+        return decision(PASS, f"identical in all {b.size} pairs: exact ratio 1 is inside the {band}", est, True)
+    se = float(d.std(ddof=1)) / math.sqrt(d.size)
+    half = float(_st.t.ppf((1 + confidence) / 2, d.size - 1)) * se
+    lo, hi = ratio * math.exp(-half), ratio * math.exp(half)
+    est = RatioEstimate(ratio, lo, hi, method="paired-t-log", reliable=True,
+                        reason=f"paired t on log ratios, {d.size} pairs", **common)
+    summary = f"paired over {d.size}: ratio {ratio:.4f} [{lo:.4f}, {hi:.4f}] ({confidence:.0%}), {band}"
+    if lo >= lower and hi <= upper:
+        return decision(PASS, f"{summary}: interval inside the band", est)
+    if hi < lower or lo > upper:
+        return decision(FAIL, f"{summary}: interval entirely outside the band (significantly different)", est)
+    return decision(INCONCLUSIVE, f"{summary}: interval overlaps the band's edge; more pairs needed", est)

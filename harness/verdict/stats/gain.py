@@ -104,7 +104,9 @@ def tpot_gain_decision(
     _check_unit("alpha", alpha)
     _check_unit("power", power)
     if paired:
-        from harness.verdict.stats.paired import paired_tpot_gain_decision  # paired builds on this module
+        from harness.verdict.stats.paired import (
+            paired_tpot_gain_decision,  # paired builds on this module
+        )
 
         return paired_tpot_gain_decision(
             baseline, candidate, min_gain=min_gain, confidence=confidence, alpha=alpha, power=power

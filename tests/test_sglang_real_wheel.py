@@ -1,0 +1,291 @@
+"""The baseline patch against SGLang 0.5.23's real code and real kernels, on CPU.
+
+The wheel is downloaded once into a cache (tests/sglang_wheel.py says how, and which stubs it
+needs). Each probe is a child interpreter started as an SGLang server process would be: the
+harness bootstrap on PYTHONPATH with HARNESS_PATCHES naming the patch (the baseline), or without
+it (the candidate, SGLang as shipped). TRITON_INTERPRET=1 runs the real Triton kernels
+(`draft_topk1_postprocess`, `draft_topk1_argmax_only`) on CPU tensors. The children drive the
+real `EagleDraftWorker.draft_forward` and `_draft_extend_for_decode`; this module compares what
+the baseline and the candidate chose, wrote and called.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
+from harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
+from harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
+
+import sglang_wheel
+import sglang_wheel_probe as probe
+
+torch = pytest.importorskip("torch")
+
+TESTS_DIR = Path(__file__).resolve().parent
+PLATFORMS = ("cuda", "hip")
+CASES = [case["name"] for case in probe.make_cases()]
+
+
+def _unavailable(why: str) -> None:
+    # CI has the registries and the test extras: there a missing wheel or Triton is a failure.
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def wheel_root() -> Path:
+    try:
+        import triton  # noqa: F401  (a test dependency: pyproject.toml, extra `test`)
+    except ImportError as exc:
+        _unavailable(f"triton is not installed ({exc}); `pip install -e '.[test]'`")
+    try:
+        return sglang_wheel.source_root()
+    except sglang_wheel.WheelUnavailable as exc:
+        _unavailable(str(exc))
+    raise AssertionError("unreachable")
+
+
+def child_env(patched: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PATCHES_ENV, APPLIED_ENV, LAYOUT_ENV)}
+    path = [TESTS_DIR, HARNESS_SOURCE_ROOT]
+    if patched:
+        path.insert(0, PATCH_BOOTSTRAP_DIR)
+        env[PATCHES_ENV] = RESTORE_TOPK1_SOFTMAX_PATCH
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    env["PYTHONNOUSERSITE"] = "1"
+    env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def probes(wheel_root, tmp_path_factory) -> dict[tuple[str, bool], dict]:
+    """(platform, patched) -> the probe's results, plus its stderr under "stderr"; all four run at once."""
+    out_dir = tmp_path_factory.mktemp("probes")
+    running = {}
+    for platform in PLATFORMS:
+        for patched in (False, True):
+            out = out_dir / f"{platform}-{'baseline' if patched else 'candidate'}.pt"
+            running[(platform, patched)] = (out, subprocess.Popen(
+                [sys.executable, str(TESTS_DIR / "sglang_wheel_probe.py"), str(wheel_root), platform, str(out)],
+                env=child_env(patched), cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = {}
+    for key, (out, proc) in running.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"probe {key} exited {proc.returncode}:\n{stderr[-4000:]}"
+        results[key] = torch.load(out, weights_only=False)
+        results[key]["stderr"] = stderr
+    return results
+
+
+def run_snippet(code: str, *, patched: bool, wheel_root: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    script = f"import sys\nimport sglang_wheel\nsglang_wheel.install(sglang_wheel.source_root())\n{textwrap.dedent(code)}"
+    env = child_env(patched)
+    env[sglang_wheel.CACHE_ENV] = str(wheel_root.parent)
+    return subprocess.run([sys.executable, "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+# ---- how the real code was loaded -------------------------------------------------------------------
+
+
+def test_the_real_modules_run_and_every_other_sglang_module_is_accounted_for(probes):
+    for (platform, patched), result in probes.items():
+        loaded = result["loaded"]
+        for name in (sglang_wheel.WORKER_MODULE, sglang_wheel.TOPK1_MODULE, "sglang.srt.model_executor.forward_context"):
+            assert loaded[name] == "real", (platform, patched, name)
+        assert loaded["sglang.srt.utils.common"] == "lifted"  # fast_topk: the wheel's own text
+        standins = sorted(n for n, kind in loaded.items() if kind == "stand-in")
+        assert standins == sorted(sglang_wheel._standins(platform, None, None).keys() - sglang_wheel.LIFTED.keys())
+        # the platform probes decide the branch the worker took
+        assert (result["is_cuda"], result["is_hip"]) == (platform == "cuda", platform == "hip")
+
+
+# ---- the candidate: SGLang as shipped ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_candidate_runs_the_real_kernels_and_no_softmax(probes, platform):
+    result = probes[(platform, False)]
+    assert result["postprocess_is_real"] and result["argmax_only_is_real"] and not result["method_patched"]
+    assert result["applied_env"] is None and "harness patch applied" not in result["stderr"]
+    for case in CASES:
+        forward, extend = result["cases"][case]["draft_forward"], result["cases"][case]["draft_extend_for_decode"]
+        assert forward["softmax_calls"] == 0 and extend["softmax_calls"] == 0
+        assert extend["topk_p"].dtype == torch.float32 and bool((extend["topk_p"] == 1).all())
+
+
+# ---- the baseline: the patch, applied by the bootstrap -------------------------------------------------
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_patch_applies_through_the_bootstrap_at_every_site(probes, platform):
+    result = probes[(platform, True)]
+    applied = [line for line in result["stderr"].splitlines() if line.startswith("harness patch applied:")]
+    assert len(applied) == 1, result["stderr"]
+    for site in ("eagle_worker_v2.draft_topk1_postprocess -> softmax + fast_topk",
+                 "eagle_worker_v2.draft_topk1_argmax_only -> softmax + fast_topk",
+                 "EagleDraftWorker._draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk"):
+        assert site in applied[0]
+    assert "(SGLang 0.5.23, layout 0.5.23," in applied[0]
+    assert result["applied_env"] == "sglang_restore_topk1_softmax"
+    assert not result["postprocess_is_real"] and not result["argmax_only_is_real"] and result["method_patched"]
+    # StandaloneDraftWorker (--speculative-algorithm STANDALONE) inherits the patched method
+    assert result["standalone_shares_method"]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_baseline_chooses_the_same_tokens_with_the_same_side_effects(probes, platform, case):
+    candidate = probes[(platform, False)]["cases"][case]
+    baseline = probes[(platform, True)]["cases"][case]
+    inputs = next(c for c in probe.make_cases() if c["name"] == case)
+
+    # draft_forward: the chain of draft tokens (column 0 is the input token, then one per step),
+    # positions advanced once per step, the constant topk=1 tree, no draft probabilities
+    c, b = candidate["draft_forward"], baseline["draft_forward"]
+    for key in ("draft_tokens", "positions", "parents", "score_index"):
+        assert torch.equal(c[key], b[key]), key
+        assert c[key].dtype == b[key].dtype and c[key].shape == b[key].shape, key
+    expected_chain = torch.stack([l.float().argmax(dim=-1) for l in inputs["step_logits"]], dim=1)
+    assert torch.equal(b["draft_tokens"][:, 1:], expected_chain)
+    assert torch.equal(b["positions"], torch.arange(probe.BATCH) + 100 + (probe.STEPS - 1))
+    assert c["draft_probs"] is None and b["draft_probs"] is None
+    assert (c["softmax_calls"], b["softmax_calls"]) == (0, probe.STEPS - 1)  # one per draft step
+
+    # _draft_extend_for_decode: the selected rows' top-1
+    c, b = candidate["draft_extend_for_decode"], baseline["draft_extend_for_decode"]
+    assert torch.equal(c["topk_index"], b["topk_index"])
+    assert b["topk_index"].dtype == torch.int64 and b["topk_index"].shape == (probe.BATCH, 1)
+    assert b["topk_p"].dtype == torch.float32 and b["topk_p"].shape == (probe.BATCH, 1)
+    rows = inputs["extend_logits"][inputs["select_index"]]
+    assert torch.equal(b["topk_p"], torch.softmax(rows, dim=-1).max(dim=-1, keepdim=True).values.float())
+    assert (c["softmax_calls"], b["softmax_calls"]) == (0, 1)
+    assert c["cuda_graph_compatible"] and b["cuda_graph_compatible"]
+
+
+def test_rebound_helpers_keep_the_kernels_contract(probes):
+    contract = probes[("cuda", True)]["contract"]
+    for case in CASES:
+        real, patched, x = contract[case]["real"], contract[case]["patched"], contract[case]["logits"]
+        for key in ("topk_index", "positions", "draft_tokens", "bare_topk_index", "bare_positions", "only_topk_index"):
+            assert torch.equal(real[key], patched[key]), (case, key)
+        for key in ("topk_p", "bare_topk_p", "only_topk_p"):
+            assert real[key].dtype == patched[key].dtype == torch.float32 and real[key].shape == patched[key].shape
+            assert bool((real[key] == 1).all())  # the fast path's probabilities are constant ones
+        assert torch.equal(patched["topk_p"], torch.softmax(x, dim=-1).max(dim=-1, keepdim=True).values.float())
+        # only the chosen column of the chain is written; positions advance by one
+        written = patched["draft_tokens"]
+        assert torch.equal(written[:, 2], patched["topk_index"][:, 0])
+        assert bool((written[:, [0, 1, 3]] == -1).all())
+        assert torch.equal(patched["positions"], torch.arange(probe.BATCH) * 10 + 1)
+        assert torch.equal(patched["bare_positions"], torch.ones(probe.BATCH, dtype=torch.long))
+
+
+def test_rows_with_nan_or_inf_differ_exactly_as_documented(probes):
+    # The kernels map NaN to -1e30 and take the best finite logit (or the +inf one); softmax makes
+    # such a row NaN and torch.max returns a NaN's index. The patch does not match this on purpose
+    # (see its docstring); everywhere else the two agree.
+    special = probes[("cuda", True)]["contract"]["special_rows"]
+    x = special["logits"]
+    real, patched = special["real"]["topk_index"][:, 0], special["patched"]["topk_index"][:, 0]
+    assert torch.equal(real, torch.nan_to_num(x, nan=-1e30, posinf=float("inf")).argmax(dim=-1))
+    undefined = torch.isnan(x).any(dim=-1) | torch.isposinf(x).any(dim=-1)
+    assert undefined.tolist() == [True, True, True, False, False, False]
+    assert torch.equal(real[~undefined], patched[~undefined])
+    differing = (real != patched).nonzero().flatten().tolist()
+    assert differing == [0, 2]  # the all-NaN row: both happen to answer 0
+    assert bool(torch.isnan(special["patched"]["topk_p"][undefined]).all())
+
+
+def test_sub_resolution_ties_differ_only_by_the_tie_break(probes):
+    # float32 logits of magnitude 0.5 one ulp apart: their softmax probabilities round equal, so
+    # softmax + max (the pre-#26235 code) takes the lower index and the argmax the larger logit.
+    ties = probes[("cuda", True)]["contract"]["sub_resolution_ties"]
+    x = ties["logits"]
+    real, patched = ties["real"]["topk_index"][:, 0], ties["patched"]["topk_index"][:, 0]
+    assert torch.equal(real, x.argmax(dim=-1))
+    probs = torch.softmax(x, dim=-1)
+    rows = torch.arange(len(x))
+    differing = real != patched
+    assert 0 < int(differing.sum()) < len(x)  # the case exists (else the docstring is out of date)
+    assert torch.equal(probs[rows, real][differing], probs[rows, patched][differing])
+    assert bool((patched[differing] < real[differing]).all())
+
+
+def test_rewritten_method_reports_the_real_line_numbers(probes, wheel_root):
+    result = probes[("cuda", True)]
+    assert result["method_file"] == result["original_file"]
+    assert result["method_firstlineno"] == result["original_firstlineno"] == 1110
+    # every instruction of the rewritten method sits on a line of the original one
+    assert set(result["method_lines"]) <= set(result["original_lines"])
+    # the replaced statements, located in the wheel's source
+    source = (wheel_root / "sglang/srt/speculative/eagle_worker_v2.py").read_text()
+    tree = ast.parse(source)
+    argmax = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                  and ast.unparse(n.targets[0]) == "ret_topk_index" and ast.unparse(n.value.func) == "torch.argmax")
+    ones = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "ret_topk_p"
+                and isinstance(n.value, ast.Call) and ast.unparse(n.value.func) == "torch.ones_like")
+    logits_line = argmax.value.args[0].lineno
+    assert (argmax.lineno, logits_line, ones.lineno) == (1262, 1263, 1265)
+    names = result["method_names"]
+    assert names["softmax"] == [argmax.lineno]  # the new softmax, where the argmax was
+    assert logits_line in names["next_token_logits"]  # its argument keeps its own line (was 1416)
+    assert ones.lineno in names["fast_topk"]
+    assert "argmax" not in names and "ones_like" not in names
+
+
+# ---- MultiLayerEagleWorkerV2 ---------------------------------------------------------------------------
+
+
+def test_multi_layer_worker_has_no_fast_path_to_restore(wheel_root, tmp_path):
+    proc = run_snippet("""
+        import types
+        import sglang.srt.speculative.multi_layer_eagle_worker_v2 as m
+        names = set()
+        def walk(code):
+            names.update(code.co_names)
+            for const in code.co_consts:
+                if isinstance(const, types.CodeType):
+                    walk(const)
+        for cls in (m.MultiLayerEagleDraftWorker, m.MultiLayerEagleWorkerV2):
+            for value in vars(cls).values():
+                if isinstance(value, types.FunctionType):
+                    walk(value.__code__)
+        print(sorted(names & {"argmax", "draft_topk1_postprocess", "draft_topk1_argmax_only", "softmax", "fast_topk"}))
+    """, patched=False, wheel_root=wheel_root, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "['fast_topk', 'softmax']"
+
+
+def test_patch_refuses_the_multi_layer_worker(wheel_root, tmp_path):
+    proc = run_snippet(f"""
+        import {sglang_wheel.MULTI_LAYER_MODULE}
+        print("multi-layer worker loaded under the baseline's name")
+    """, patched=True, wheel_root=wheel_root, cwd=tmp_path)
+    assert proc.returncode == PATCH_FAILURE_EXIT_CODE, (proc.returncode, proc.stderr)
+    assert "loaded under the baseline's name" not in proc.stdout and "Traceback" not in proc.stderr
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("harness patch failed:")]
+    assert len(failed) == 1 and proc.stderr.rstrip().endswith(failed[0])
+    assert "MultiLayerEagleWorkerV2 (--enable-multi-layer-eagle)" in failed[0]
+    assert "(SGLang 0.5.23, layout 0.5.23," in failed[0]
+
+
+def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch):
+    import zipfile
+
+    fake = tmp_path / sglang_wheel.WHEEL_NAME
+    with zipfile.ZipFile(fake, "w") as archive:
+        archive.writestr("sglang/kernels/ops/speculative/topk1.py", "def draft_topk1_postprocess(): pass\n")
+    monkeypatch.setenv(sglang_wheel.WHEEL_ENV, str(fake))
+    monkeypatch.setenv(sglang_wheel.CACHE_ENV, str(tmp_path / "cache"))
+    with pytest.raises(sglang_wheel.WheelUnavailable, match=rf"sha256 [0-9a-f]{{64}}, expected {sglang_wheel.WHEEL_SHA256}"):
+        sglang_wheel.source_root()
+    assert not (tmp_path / "cache" / f"sglang-{sglang_wheel.SGLANG_VERSION}-src").exists()
