@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
 GPU = WORKFLOWS / "gpu-regression.yml"
 CPU = WORKFLOWS / "cpu-tests.yml"
+NIGHTLY = WORKFLOWS / "gpu-nightly.yml"
 
 
 def load(path: Path) -> dict:
@@ -27,8 +28,8 @@ def load(path: Path) -> dict:
     return data
 
 
-def step(workflow: dict, name: str) -> dict:
-    steps = workflow["jobs"][next(iter(workflow["jobs"]))]["steps"]
+def step(workflow: dict, name: str, job: str | None = None) -> dict:
+    steps = workflow["jobs"][job or next(iter(workflow["jobs"]))]["steps"]
     found = [s for s in steps if s.get("name") == name]
     assert found, f"no step named {name!r}"
     return found[0]
@@ -43,7 +44,7 @@ def check_jsonschema() -> list[str]:
     pytest.skip("check-jsonschema is not installed (it is in the `test` extra: pip install -e '.[test]')")
 
 
-@pytest.mark.parametrize("workflow", [GPU, CPU], ids=lambda p: p.name)
+@pytest.mark.parametrize("workflow", [GPU, CPU, NIGHTLY], ids=lambda p: p.name)
 def test_workflow_is_valid_against_the_github_schema(workflow):
     result = subprocess.run(
         [*check_jsonschema(), "--builtin-schema", "vendor.github-workflows", str(workflow)],
@@ -88,7 +89,7 @@ def test_gpu_workflow_shape():
 
 def test_inputs_never_pasted_into_scripts():
     """`${{ inputs.* }}` inside `run:` is a script-injection hole; it must go through env."""
-    for path in (GPU, CPU):
+    for path in (GPU, CPU, NIGHTLY):
         for job in load(path)["jobs"].values():
             for s in job["steps"]:
                 assert "${{" not in s.get("run", ""), f"{path.name}: {s.get('name')}: expression inside run"
@@ -145,6 +146,83 @@ def test_cpu_workflow_runs_make_test():
     assert job["runs-on"] == "ubuntu-latest"
     assert any("make test" in s.get("run", "") for s in job["steps"])
     assert "download.pytorch.org/whl/cpu" in job["env"]["PIP_EXTRA_INDEX_URL"]
+
+
+# ---- the nightly matrix and its history job -----------------------------------------------------
+
+
+def test_nightly_fans_out_and_collects():
+    wf = load(NIGHTLY)
+    assert "schedule" in wf["on"] and "workflow_dispatch" in wf["on"]
+    run = wf["jobs"]["run"]
+    matrix = run["strategy"]["matrix"]
+    assert run["strategy"]["fail-fast"] is False
+    assert matrix["scenario"] and matrix["runner"]
+    for scenario in matrix["scenario"]:
+        assert (REPO / scenario).exists(), scenario
+    assert run["runs-on"][:3] == ["self-hosted", "linux", "gpu"] and "${{ matrix.runner }}" in run["runs-on"]
+    upload = step(wf, "Upload the run directory", "run")
+    assert upload["if"] == "always()" and upload["with"]["path"] == "reports/runs"
+    assert "harness run \"$SCENARIO\" --out reports/runs" in step(wf, "Run the scenario", "run")["run"]
+    history = wf["jobs"]["history"]
+    assert history["needs"] == "run" and history["if"] == "always()"
+    download = step(wf, "Download the run directories", "history")
+    assert download["uses"].startswith("actions/download-artifact@") and download["with"]["pattern"] == "harness-run-*"
+    names = [s.get("name") for s in history["steps"]]
+    assert names.index("Ingest the runs") < names.index("Find the change points and build the trend page") \
+        < names.index("Upload the trend page") < names.index("Gate on the history")
+    for name in ("Upload the trend page", "Gate on the history", "Save the history database"):
+        assert step(wf, name, "history")["if"].startswith("always()")
+
+
+def _artifact_name(scenario: str, runner: str) -> str:
+    wf = load(NIGHTLY)
+    output = Path(os.environ.get("TMPDIR", "/tmp")) / f"nightly-name-{os.getpid()}"
+    done = _bash(step(wf, "Name the artifact", "run")["run"], REPO,
+                 {"SCENARIO": scenario, "RUNNER_LABEL": runner, "GITHUB_RUN_ID": "42", "GITHUB_RUN_ATTEMPT": "1",
+                  "GITHUB_OUTPUT": str(output)})
+    assert done.returncode == 0, done.stderr
+    text = output.read_text().strip()
+    output.unlink()
+    return text.split("=", 1)[1]
+
+
+def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
+    """The history job's own shell steps, run with the real harness on artifacts laid out as
+    download-artifact lays them out (artifacts/<artifact name>/<run directory>/)."""
+    from history_helpers import series_run
+
+    name = _artifact_name("scenarios/sglang_llama31_8b_eagle3_topk1.yaml", "h100")
+    assert name == "harness-run-sglang_llama31_8b_eagle3_topk1-h100-42-1"
+    for i in range(1, 13):
+        run = series_run(tmp_path / "made", i, base_tpot=20.0, cand_tpot=15.0 if i < 7 else 19.5)
+        target = tmp_path / "artifacts" / f"{name[:-5]}-{i}-1" / run.name
+        target.parent.mkdir(parents=True)
+        run.rename(target)
+    harness = tmp_path / ".venv" / "bin" / "harness"
+    harness.parent.mkdir(parents=True)
+    harness.write_text(f"#!/bin/sh\nexec {sys.executable} -m harness.commands.cli \"$@\"\n")
+    harness.chmod(0o755)
+    wf = load(NIGHTLY)
+    env = {"PYTHONPATH": str(REPO), "HARNESS_MAX_REGRESSION": "0.05", "GITHUB_OUTPUT": str(tmp_path / "out"),
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "HARNESS_HISTORY_DB": ""}
+    ingest = _bash(step(wf, "Ingest the runs", "history")["run"], tmp_path, env)
+    assert ingest.returncode == 0, ingest.stderr
+    assert "12 runs: 12 added" in ingest.stdout and (tmp_path / "reports" / "history.sqlite").exists()
+    report = _bash(step(wf, "Find the change points and build the trend page", "history")["run"], tmp_path, env)
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "out").read_text().splitlines() == ["exit_code=1"]
+    assert "REGRESSION  planted · candidate · tpot_ms" in report.stdout
+    assert (tmp_path / "history-page" / "index.html").exists()
+    assert "gate: FAIL" in (tmp_path / "summary.md").read_text()
+    gate = _bash(step(wf, "Gate on the history", "history")["run"], tmp_path, {"EXIT_CODE": "1"})
+    assert gate.returncode == 1 and gate.stdout.startswith("::error title=harness history: regression::")
+
+
+@pytest.mark.parametrize(("code", "job_fails"), [("0", False), ("1", True), ("3", False), ("2", True), ("", True)])
+def test_nightly_gate(tmp_path, code, job_fails):
+    gate = _bash(step(load(NIGHTLY), "Gate on the history", "history")["run"], tmp_path, {"EXIT_CODE": code})
+    assert (gate.returncode != 0) == job_fails
 
 
 def test_make_profile_says_the_verdict_code_make_cannot_return(tmp_path):

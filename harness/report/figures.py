@@ -89,6 +89,15 @@ def _new(width: float, height: float, ncols: int = 1, **kwargs) -> tuple[Figure,
     return fig, list(axes[0])
 
 
+# The trend page (harness/history/) draws with the same style, sizes and SVG writer.
+STYLE = _RC
+new_figure = _new
+
+
+def integer_ticks(ax) -> None:
+    _integer_ticks(ax)
+
+
 def _two_lines(region: str) -> str:
     """`DRAFT_DECODE` -> `DRAFT\nDECODE`, so that neighbouring tick labels do not collide."""
     return region.replace("_", "\n", 1)

@@ -8,8 +8,6 @@ and links to every trace file and server log.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from html import escape
 from typing import Any
 
 from harness import __version__
@@ -17,83 +15,12 @@ from harness.report import analysis_view as av
 from harness.report import figures
 from harness.report.data import ReportData, plottable
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
+from harness.report.page import VERDICT_CLASS, document
+from harness.report.page import esc as _e
+from harness.report.page import figure as _figure
+from harness.report.page import pill as _pill
+from harness.report.page import table as _table
 from harness.scenario import render_args
-
-CSS = """
-:root { --pass:#1a7f37; --fail:#cf222e; --inconclusive:#9a6700; --none:#57606a; --line:#d0d7de; --muted:#57606a; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", Arial, sans-serif;
-       color: #1f2328; background: #f6f8fa; }
-main { max-width: 1180px; margin: 0 auto; padding: 0 20px 40px; }
-header.banner { padding: 14px 20px; color: #fff; }
-header.banner .inner { max-width: 1180px; margin: 0 auto; display: flex; gap: 24px; align-items: center; }
-.banner.PASS { background: var(--pass); } .banner.FAIL { background: var(--fail); }
-.banner.INCONCLUSIVE { background: #bf8700; } .banner.NONE { background: var(--none); }
-.verdict-word { font-size: 44px; font-weight: 800; letter-spacing: 1px; line-height: 1; white-space: nowrap; }
-.banner .meta { font-size: 13px; opacity: .95; }
-.banner .meta b { font-size: 18px; }
-.why { margin: 14px 0 6px; padding: 10px 14px; border-radius: 6px; border-left: 6px solid; background: #fff; }
-.why.FAIL { border-color: var(--fail); } .why.INCONCLUSIVE { border-color: #bf8700; } .why.NONE { border-color: var(--none); }
-.why h2 { margin: 0 0 4px; font-size: 15px; }
-.why ul { margin: 0; padding-left: 18px; }
-section { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 12px 16px; margin: 14px 0; }
-section > h2 { margin: 0 0 8px; font-size: 17px; }
-h3 { font-size: 14px; margin: 14px 0 6px; }
-table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { border-bottom: 1px solid #eaeef2; padding: 3px 8px; text-align: left; vertical-align: top; }
-th { background: #f6f8fa; font-weight: 600; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 12px; }
-.pill { display: inline-block; min-width: 96px; text-align: center; border-radius: 10px; padding: 0 8px;
-        font-weight: 700; font-size: 12px; color: #fff; }
-.pill.PASS { background: var(--pass); } .pill.FAIL { background: var(--fail); }
-.pill.INCONCLUSIVE { background: #bf8700; } .pill.NONE { background: var(--none); }
-.pill.INFO { background: #fff; color: var(--muted); border: 1px solid var(--line); }
-tr.rule-FAIL td { background: #ffebe9; } tr.rule-INCONCLUSIVE td { background: #fff8c5; }
-tr.rule-INFO td { color: var(--muted); }
-.notes { border-left: 6px solid #bf8700; background: #fffbea; }
-.notes ul { margin: 0; padding-left: 18px; }
-.variants { display: flex; gap: 14px; flex-wrap: wrap; }
-.variant { flex: 1 1 320px; border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; border-top: 5px solid; }
-.variant h3 { margin: 0 0 4px; }
-figure { margin: 10px 0 18px; }
-figure svg.figure-svg { width: 100%; max-width: 1100px; height: auto; display: block; }
-figcaption { color: var(--muted); font-size: 13px; margin-top: 4px; }
-figcaption b { color: #1f2328; }
-.missing { color: var(--muted); font-style: italic; padding: 8px; border: 1px dashed var(--line); border-radius: 6px; }
-nav.toc { font-size: 13px; margin: 8px 0; }
-nav.toc a { margin-right: 12px; }
-details { margin: 2px 0; } summary { cursor: pointer; color: var(--muted); }
-details.rule summary { color: inherit; } .rule-details { color: var(--muted); font-size: 12px; padding: 4px 0 2px 14px; }
-.delta-down { color: var(--pass); } .delta-up { color: var(--fail); }
-td.diff { background: #fff8c5; }
-footer { color: var(--muted); font-size: 12px; margin-top: 20px; }
-"""
-
-VERDICT_CLASS = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE", "INFO": "INFO"}
-
-
-def _e(value: Any) -> str:
-    return escape(str(value), quote=True)
-
-
-def _pill(verdict: str | None) -> str:
-    cls = VERDICT_CLASS.get(verdict or "", "NONE")
-    return f'<span class="pill {cls}">{_e(verdict or "NO VERDICT")}</span>'
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequence[int] = (), raw: bool = False) -> str:
-    """An HTML table; cells are escaped unless `raw` (then the caller escaped them)."""
-    head = "".join(f'<th class="num">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>" for i, h in enumerate(headers))
-    body = []
-    for row in rows:
-        cells = "".join(
-            f'<td class="num">{c if raw else _e(c)}</td>' if i in numeric else f"<td>{c if raw else _e(c)}</td>"
-            for i, c in enumerate(row)
-        )
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
 
 def _safe(data: ReportData, label: str, draw: Any, *args: Any) -> str | None:
     """A figure, or None with a note: numbers on disk may be damaged past what a plot can scale to."""
@@ -105,12 +32,6 @@ def _safe(data: ReportData, label: str, draw: Any, *args: Any) -> str | None:
         plt.close("all")
         data.notes.append(f"The {label} figure could not be drawn from the numbers on disk ({type(exc).__name__}: {exc}).")
         return None
-
-
-def _figure(svg: str | None, caption: str, missing: str) -> str:
-    if svg is None:
-        return f'<figure><div class="missing">{_e(missing)}</div><figcaption>{caption}</figcaption></figure>'
-    return f"<figure>{svg}<figcaption>{caption}</figcaption></figure>"
 
 
 # ---- the first screen ---------------------------------------------------------------------------
@@ -569,11 +490,4 @@ def render_html(data: ReportData) -> str:
         f"<footer>harness {_e(__version__)} · rebuild with <code>harness report {_e(data.run_dir)}</code></footer>",
         "</main>",
     ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        # No network at all: block anything a trace name or a future edit might try to load.
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        "img-src data:\">"
-        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
-    )
+    return document(title, body)

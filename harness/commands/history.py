@@ -1,0 +1,129 @@
+"""`harness history ingest|report`: the results database across runs, change points, the trend page.
+
+`ingest RUN_DIR_OR_ROOT...` loads run directories (or folders of them) into the database; `report`
+finds the change points of every series and writes the trend page (or prints the facts with --json),
+exiting 1 when the newest change point of a series is a regression beyond --max-regression, 3 when
+the database holds no complete run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+DB_HELP = ("a SQLite file or a database URL (postgresql://user@host/db); default $HARNESS_HISTORY_DB, "
+           "else reports/history.sqlite")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="history_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    ingest = sub.add_parser("ingest", help="load run directories into the results database",
+                            description="Load run directories (or folders of them, e.g. reports/runs) into the "
+                                        "results database. Re-ingesting changes nothing; a damaged or incomplete run "
+                                        "is recorded with its reason.")
+    ingest.add_argument("paths", nargs="+", metavar="RUN_DIR_OR_ROOT")
+    ingest.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    ingest.add_argument("--quiet", action="store_true", help="print only the totals")
+
+    report = sub.add_parser("report", help="change points of every series; the trend page",
+                            description="Find the change points of every series (scenario x variant x metric x "
+                                        "hardware) and write the trend page. Exit 1 when a series' newest change point "
+                                        "is a regression beyond --max-regression, 3 when there is no complete run.")
+    report.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    report.add_argument("--out", metavar="DIR", default="reports/history",
+                        help="where index.html and history.json go (default reports/history)")
+    report.add_argument("--json", action="store_true", help="print the facts as JSON instead of a summary")
+    report.add_argument("--max-regression", type=_fraction, default=0.05, metavar="FRACTION",
+                        help="gate: a newest change point worse by at least this much fails (default 0.05)")
+    report.add_argument("--max-pvalue", type=_fraction, default=0.01, metavar="P",
+                        help="significance of a split in the permutation test (default 0.01)")
+    report.add_argument("--min-magnitude", type=_fraction, default=0.05, metavar="FRACTION",
+                        help="ignore shifts smaller than this relative size (default 0.05)")
+    report.add_argument("--permutations", type=_positive, default=999, help="permutations per test (default 999)")
+    report.add_argument("--min-size", type=_positive, default=3, metavar="RUNS",
+                        help="runs on each side of a change point (default 3)")
+    report.add_argument("--seed", type=int, default=0, help="seed of the permutations (default 0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.history_command == "ingest":
+        return _ingest(args)
+    return _report(args)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from harness.history.db import display_url, open_database, row_counts
+    from harness.history.ingest import find_run_dirs, ingest
+
+    run_dirs = find_run_dirs(args.paths)
+    if not run_dirs:
+        from harness.errors import HarnessInputError
+
+        raise HarnessInputError(f"{' '.join(args.paths)}: no run directory found (expected folders with run.json)")
+    engine = open_database(args.db)
+
+    def show(outcome) -> None:
+        r = outcome.record
+        if not args.quiet:
+            extra = f": {r.reason}" if r.reason else ""
+            print(f"{outcome.action:9} {r.status:10} {r.name}{extra}", flush=True)
+
+    outcomes = ingest(engine, run_dirs, on_run=show)
+    actions = {a: sum(o.action == a for o in outcomes) for a in ("added", "updated", "unchanged")}
+    statuses = {s: sum(o.record.status == s for o in outcomes) for s in ("complete", "incomplete", "damaged")}
+    counts = row_counts(engine)
+    print(f"{len(outcomes)} runs: {actions['added']} added, {actions['updated']} updated, {actions['unchanged']} "
+          f"unchanged; {statuses['complete']} complete, {statuses['incomplete']} incomplete, {statuses['damaged']} "
+          f"damaged. Database {display_url(str(engine.url))}: {counts['runs']} runs, {counts['samples']} samples.")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.history.analyze import history_facts
+    from harness.history.changepoints import Options
+    from harness.history.db import display_url, open_database
+    from harness.history.page import write_trend_page
+
+    engine = open_database(args.db)
+    options = Options(max_pvalue=args.max_pvalue, permutations=args.permutations, min_size=args.min_size,
+                      min_magnitude=args.min_magnitude, seed=args.seed)
+    facts = history_facts(engine, options, max_regression=args.max_regression,
+                          database=display_url(engine.url.render_as_string(hide_password=False)))
+    page = write_trend_page(facts, args.out)
+    if args.json:
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
+        return facts["exit_code"]
+    runs = facts["runs"]
+    print(f"{runs['complete']} complete runs ({runs['incomplete']} incomplete, {runs['damaged']} damaged), "
+          f"{len(facts['series'])} series, {len(facts['change_points'])} change points")
+    for c in facts["change_points"]:
+        size = f"{c['magnitude'] * 100:+.1f}%" if c["magnitude"] is not None else "from zero"
+        p = "zero rule" if c["p_value"] is None else f"p={c['p_value']:.3g}"
+        print(f"  {'REGRESSION ' if c['regression'] else 'improvement'} {c['series']}: {c['before']:.4g} -> "
+              f"{c['after']:.4g} ({size}, {p}) from run {c['run']}")
+    for d in facts["damaged"]:
+        print(f"  {d['status']}: {d['run']}: {d['reason']}")
+    print(f"gate: {facts['gate']['verdict']} (max regression {args.max_regression:g}); page: {page}")
+    return facts["exit_code"]
