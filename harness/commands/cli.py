@@ -53,9 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessInputError as exc:
         print(f"harness {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except OSError as exc:  # e.g. results.json or the report on a full disk: one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"harness {args.command}: cannot write or read {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # harness.run.interrupts.Terminated: SIGTERM, SIGHUP
         print(f"harness {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signum
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,6 +24,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
     parser.add_argument("--out", metavar="DIR", default="reports/runs", help="where runs go (default: reports/runs)")
@@ -33,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the server commands; start nothing")
     parser.add_argument("--repetitions", type=_positive_int, metavar="N", help="timed trials per variant (overrides the scenario)")
     parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
+    parser.add_argument("--port", type=_port, metavar="N",
+                        help="the servers' port (restart mode) or the first launch's (warm modes: launch k gets N+k); "
+                             "default: a free port per launch")
 
 
 # ---- progress -----------------------------------------------------------------------------------
@@ -225,6 +235,14 @@ def evaluate_run_dir(run_dir: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.run.interrupts import signals_raise_interrupt
+
+    # The whole command: an interrupt while the checks or the report run is one too (exit 128 + signal).
+    with signals_raise_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from harness.errors import EXIT_PASS
     from harness.run.execute import run_scenario
     from harness.scenario import load_scenario
@@ -243,24 +261,37 @@ def run(args: argparse.Namespace) -> int:
 
     progress, stop_progress = _make_progress(_use_rich(args))
     try:
-        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress)
+        result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress,
+                              port=args.port)
     finally:
         if stop_progress is not None:
             stop_progress()
-    assert result.run_dir is not None
+    where = f"; results so far: {result.run_dir}" if result.run_dir is not None else ""
+    if result.interrupted_by is not None:
+        if result.status == "complete":  # interrupted after the last trial: measured, not checked
+            print(f"harness run: interrupted after the last trial: the run is complete, not checked "
+                  f"(harness check {result.run_dir}){where}", file=sys.stderr)
+        else:
+            print(f"harness run: interrupted: {result.error}{where}", file=sys.stderr)
+        return int(result.exit_code or 130)
     if result.status != "complete":
-        if result.interrupted_by is None:
+        if result.run_dir is not None and (result.run_dir / "run.json").is_file():
             # The checks and report of what was measured: the verdict is INCONCLUSIVE at best.
             try:
                 evaluate_run_dir(result.run_dir)
+            except KeyboardInterrupt:
+                raise
             except Exception as exc:  # noqa: BLE001 - the run's own error below is what matters
-                print(f"harness run: checks/report of the incomplete run failed: {exc}", file=sys.stderr)
+                print(f"harness run: checks/report of the incomplete run failed: {_one_line(exc)}", file=sys.stderr)
         for line in result.log_tail[-10:]:
             print(f"  server.log | {line}", file=sys.stderr)
-        code = result.exit_code or 3
-        label = "interrupted" if result.interrupted_by is not None else "INCONCLUSIVE (run incomplete)"
-        print(f"harness run: {label}: {result.error}; results so far: {result.run_dir}", file=sys.stderr)
-        return code
+        print(f"harness run: INCONCLUSIVE (run incomplete): {result.error}{where}", file=sys.stderr)
+        return result.exit_code or 3
     code = evaluate_run_dir(result.run_dir)
     print(f"results: {result.run_dir}")
     return code
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."

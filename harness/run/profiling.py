@@ -21,7 +21,18 @@ import httpx
 from harness.scenario import ProfileSpec
 
 TRACE_GLOB = "*.trace.json*"
+# Only finished names count: writers stage a trace under another name first (the micro engine's
+# `X.trace.json.gz.tmp`), and such a file left by a server killed while writing is no trace.
+TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 POLL_S = 0.25
+
+
+def trace_files(directory: Path) -> list[Path]:
+    """The trace files in `directory` (not temporary or hidden ones), sorted."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob(TRACE_GLOB)
+                  if p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".") and p.is_file())
 
 
 class ProfilingError(Exception):
@@ -80,8 +91,11 @@ def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5
     sizes: dict[Path, int] = {}
     stable_since: float | None = None
     while True:
-        paths = sorted(p for p in output_dir.glob(TRACE_GLOB) if p.is_file()) if output_dir.exists() else []
-        current = {p: p.stat().st_size for p in paths}
+        paths = trace_files(output_dir)
+        try:
+            current = {p: p.stat().st_size for p in paths}
+        except OSError:  # replaced or removed meanwhile: look again
+            current, paths = {}, []
         now = time.monotonic()
         if len(paths) >= expected and current == sizes and all(current.values()):
             if stable_since is None:
@@ -92,6 +106,6 @@ def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5
             stable_since = None
         sizes = current
         if now >= deadline:
-            found = ", ".join(p.name for p in paths) or "none"
+            found = ", ".join(p.name + ("" if trace_is_complete(p) else " (truncated)") for p in paths) or "none"
             raise ProfilingError(f"no complete trace file in {output_dir} after {timeout_s:g} s (found: {found})")
         time.sleep(POLL_S)
