@@ -302,8 +302,9 @@ class _RequestLog:
                     fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
                     size = os.fstat(fd).st_size
                     try:
-                        if os.write(fd, line) != len(line):
-                            raise OSError(28, os.strerror(28))  # ENOSPC: a short write
+                        written = 0
+                        while written < len(line):  # a short write: the next one says why (ENOSPC, EFBIG)
+                            written += os.write(fd, line[written:])
                     except OSError:
                         with contextlib.suppress(OSError):
                             os.ftruncate(fd, size)
@@ -680,7 +681,7 @@ class _TrialRunner:
         # Fewer forward steps than num_steps ran: the profiler is still on. Stop it.
         stop_profile(url, timeout_s=min(spec.trace_timeout_s, self.scenario.server.request_timeout_s))
         left = spec.trace_timeout_s - (time.monotonic() - started)
-        wait_for_traces(self.profile_dir, timeout_s=max(left, 1.0))
+        wait_for_traces(self.profile_dir, timeout_s=max(left, 1.0), waiting_since=started)
 
     def _export_nsys(self, outcome: TrialOutcome) -> None:
         try:
@@ -901,8 +902,11 @@ class _Run:
                 result.log_tail = exc.log_tail
                 return
             launch = plan.launch_of(trial)
-            outcome = _TrialRunner(scenario, self.scenario_dir, run_dir, trial, self.progress, self.host, self.port,
-                                   server, launch.dir if launch else None).run()
+            try:
+                outcome = _TrialRunner(scenario, self.scenario_dir, run_dir, trial, self.progress, self.host,
+                                       self.port, server, launch.dir if launch else None).run()
+            except RunDirError as exc:
+                raise RunDirError(f"trial {trial.dir_name} failed: {exc}") from None
             result.outcomes.append(outcome)
             self.run_file.update(trials_done=len(result.outcomes))
             self.progress.trial_finished(trial, outcome)

@@ -84,9 +84,12 @@ def trace_is_complete(path: Path) -> bool:
         return False
 
 
-def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5, expected: int = 1) -> list[Path]:
+def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5, expected: int = 1,
+                    waiting_since: float | None = None) -> list[Path]:
     """The trace files in `output_dir`, once at least `expected` exist and all are complete (size
-    unchanged for `settle_s` and readable to the end). Raises ProfilingError at the timeout."""
+    unchanged for `settle_s` and readable to the end). Raises ProfilingError at the timeout (its
+    message counts from `waiting_since`, a `time.monotonic()`, when an earlier wait came first)."""
+    since = time.monotonic() if waiting_since is None else waiting_since
     deadline = time.monotonic() + timeout_s
     sizes: dict[Path, int] = {}
     stable_since: float | None = None
@@ -107,5 +110,5 @@ def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5
         sizes = current
         if now >= deadline:
             found = ", ".join(p.name + ("" if trace_is_complete(p) else " (truncated)") for p in paths) or "none"
-            raise ProfilingError(f"no complete trace file in {output_dir} after {timeout_s:g} s (found: {found})")
+            raise ProfilingError(f"no complete trace file in {output_dir} after {now - since:.0f} s (found: {found})")
         time.sleep(POLL_S)
