@@ -211,6 +211,40 @@ def lost_measurements(before: Snapshot, run_dir: Path | None) -> list[str]:
     return lost
 
 
+def trace_files_in(directory: Path) -> list[Path]:
+    """Finished trace files (what the harness waits for) in a profile directory."""
+    try:
+        return sorted(p for p in directory.iterdir()
+                      if p.name.endswith((".trace.json", ".trace.json.gz")) and not p.name.startswith(".") and p.is_file())
+    except OSError:
+        return []
+
+
+def has_traceback(output: str) -> bool:
+    """A Python traceback in the harness's own output (the server.log tail it quotes, prefixed
+    `  server.log | `, may hold the server's, which is the server's story, not a harness crash)."""
+    return any("Traceback" in line for line in output.splitlines() if not line.startswith("  server.log | "))
+
+
+def complete_but_damaged(run_dir: Path | None) -> list[str]:
+    """A run that says `complete` must hold every planned trial, finished ok, and the analysis of
+    every profiled one: what the checks rely on."""
+    run = read_json(run_dir / "run.json") if run_dir else None
+    if not isinstance(run, dict) or run.get("status") != "complete":
+        return []
+    problems = []
+    analysis = read_json(run_dir / "analysis.json") or {}
+    for entry in run.get("plan") or []:
+        trial = read_json(run_dir / entry["dir"] / "trial.json") or {}
+        if trial.get("status") != "ok":
+            problems.append(f"{entry['dir']}: {trial.get('status')}")
+        if entry.get("kind") == "profiled" and Path(entry["dir"]).name not in (analysis.get("trials") or {}):
+            problems.append(f"{entry['dir']}: no analysis")
+    if analysis.get("errors"):
+        problems.append(f"analysis errors: {analysis['errors']}")
+    return problems
+
+
 def servers(run_dir: Path | None) -> list[dict]:
     """The server processes the run recorded so far: pid, port, kind and where it logs. A trial
     served by a launch is listed under the launch."""
@@ -420,7 +454,7 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float =
     result = subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
                             text=True, timeout=timeout, env={**os.environ, **(env or {})})
     err = result.stderr.strip()
-    return {"exit": result.returncode, "stderr": err, "traceback": "Traceback" in result.stderr + result.stdout,
+    return {"exit": result.returncode, "stderr": err, "traceback": has_traceback(result.stderr + result.stdout),
             "stderr_lines": len(err.splitlines())}
 
 

@@ -24,8 +24,10 @@ from faultkit import (
     Squatter,
     check_and_report,
     cli_behaved,
+    complete_but_damaged,
     fill_filesystem,
     free_port,
+    has_traceback,
     kill_group,
     lost_measurements,
     mount_tmpfs,
@@ -72,7 +74,8 @@ def finish(run: HarnessProcess, *, damaged: bool = True) -> tuple[int, str, Path
     assert run_dir is not None, run.stderr
     left = wait_for(lambda: not survivors(run.marker, server_pgids(run_dir)), 10) or survivors(run.marker, server_pgids(run_dir))
     assert left is True, f"processes left behind: {left}"
-    assert "Traceback" not in run.stderr + run.stdout, run.stderr
+    assert not has_traceback(run.stderr + run.stdout), run.stderr
+    assert complete_but_damaged(run_dir) == []
     outcome = check_and_report(run_dir, in_process=True)
     assert cli_behaved(outcome, damaged=damaged) == [], outcome
     lines = run.stderr.strip().splitlines()

@@ -293,5 +293,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."

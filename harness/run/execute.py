@@ -232,6 +232,31 @@ def update_latest_link(run_dir: Path, link: Path) -> None:
         pass  # a convenience only: never fail a run over it
 
 
+class _Reserve:
+    """Space set aside in the run directory and given back when the run ends, so that its last
+    records (trial.json, launch.json, run.json: `incomplete` and why) still land on a disk that the
+    run (or anything else) filled up meanwhile. A harness killed outright leaves it behind."""
+
+    SIZE = 256 * 1024
+
+    def __init__(self, run_dir: Path):
+        self.path: Path | None = run_dir / ".harness-reserve"
+        try:
+            with self.path.open("wb") as f:
+                f.write(b"\0" * self.SIZE)
+        except OSError:  # nearly full already, or a file-size limit: run without one
+            self.release()
+
+    def release(self) -> bool:
+        """Give the space back; False if there was none left to give."""
+        path, self.path = self.path, None
+        if path is None:
+            return False
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return True
+
+
 class _JsonFile:
     """A JSON record rewritten (atomically) on every change."""
 
@@ -516,7 +541,9 @@ class _TrialRunner:
     """One trial: on its own server (restart mode) or on a running launch (warm modes)."""
 
     def __init__(self, scenario: Scenario, scenario_dir: Path, run_dir: Path, trial: Trial, progress: RunProgress,
-                 host: str, port: int | None, launch: _ServerLaunch | None = None, launch_dir: str | None = None):
+                 host: str, port: int | None, launch: _ServerLaunch | None = None, launch_dir: str | None = None,
+                 reserve: _Reserve | None = None):
+        self.reserve = reserve
         self.scenario = scenario
         self.scenario_dir = scenario_dir
         self.trial = trial
@@ -634,16 +661,23 @@ class _TrialRunner:
         if log is not None:
             try:
                 log.finish()
-            except RunDirError as exc:
+            except RunDirError as exc:  # the appended lines stay; the run stops (disk full)
                 write_error = exc
             self.data["summary"] = summarize(log.records, duration) if log.records else None
         outcome.summary = self.data["summary"]
         outcome.traces = self.data["traces"] = self._trace_paths()
-        self.data.update(status=outcome.status, error=outcome.error, finished=_now())
+        status, error = outcome.status, outcome.error
+        if write_error is not None:
+            status, error = "failed", error or str(write_error)
+        self.data.update(status=status, error=error, finished=_now())
         try:
             self.save()
         except RunDirError as exc:
             write_error = write_error or exc
+            self.data.update(status="failed", error=error or str(exc))
+            if self.reserve is not None and self.reserve.release():  # the disk is full: say so all the same
+                with contextlib.suppress(RunDirError):
+                    self.save()
         return write_error
 
     def _drive(self, launch: _ServerLaunch, log: _RequestLog) -> float:
@@ -872,6 +906,7 @@ class _Run:
         self.progress, self.out_root, self.aa, self.host, self.port = progress, out_root, aa, host, port
         self.started = time.monotonic()
         self.run_file: _JsonFile | None = None
+        self.reserve: _Reserve | None = None
         self.launches: _Launches | None = None
         self.analysis: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "trials": {}}
         self.analysis_errors: dict[str, str] = {}
@@ -888,6 +923,7 @@ class _Run:
             "schema_version": SCHEMA_VERSION, "scenario": scenario.name, "aa": self.aa, "status": "running",
             "error": None, "started": _now(), "finished": None, **plan.to_json_dict(), "trials_done": 0,
         })
+        self.reserve = _Reserve(run_dir)
         update_latest_link(run_dir, latest_link_path(self.out_root))
         self.progress.run_started(run_dir, plan.trials)
         self.launches = _Launches(scenario, self.scenario_dir, run_dir, plan, self.progress, self.host, self.port)
@@ -904,7 +940,7 @@ class _Run:
             launch = plan.launch_of(trial)
             try:
                 outcome = _TrialRunner(scenario, self.scenario_dir, run_dir, trial, self.progress, self.host,
-                                       self.port, server, launch.dir if launch else None).run()
+                                       self.port, server, launch.dir if launch else None, self.reserve).run()
             except RunDirError as exc:
                 raise RunDirError(f"trial {trial.dir_name} failed: {exc}") from None
             result.outcomes.append(outcome)
@@ -948,7 +984,11 @@ class _Run:
     def finish(self, failure: str | None) -> None:
         """Stop every server, then the final run.json (interrupts are held here)."""
         result = self.result
+        if (failure is not None or result.status != "complete") and self.reserve is not None:
+            self.reserve.release()  # room for the last records, if the disk is what failed
         write_error = self.launches.stop_all() if self.launches is not None else None
+        if self.reserve is not None:
+            self.reserve.release()
         signum = interrupt_received()
         if failure is None and write_error is not None and result.status == "complete":
             failure = str(write_error)
