@@ -285,6 +285,13 @@ def trial_in_progress(run_dir: Path | None, kind: str = "timed", min_measured: i
 # ---- the harness in a subprocess ----------------------------------------------------------------
 
 
+def _default_signals() -> None:
+    """In the child: the dispositions a terminal's job starts with, whatever ours are (a background
+    job or `nohup` ignores SIGINT or SIGHUP, and the harness keeps a signal it was started to ignore)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class HarnessProcess:
     """`harness run` in its own session (its own process group, as a terminal's foreground job would
     be), with a marker in its environment; stdout and stderr go to files beside `out`."""
@@ -314,7 +321,8 @@ class HarnessProcess:
         self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
         with self.stdout_path.open("wb") as stdout, self.stderr_path.open("wb") as stderr:
             self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-                                         stdout=stdout, stderr=stderr, start_new_session=True)
+                                         stdout=stdout, stderr=stderr, start_new_session=True,
+                                         preexec_fn=_default_signals)
         self.started = time.monotonic()
         return self
 
