@@ -209,6 +209,8 @@ def test_server_that_never_becomes_healthy(tmp_path):
     assert result.status == "incomplete" and result.exit_code == 3
     assert "did not answer GET /health with 200 within 2 s (last: HTTP 503" in result.error
     assert any("fake_server: mode unhealthy" in line for line in result.log_tail)
+    # its own listening socket is no "port taken by another process": one attempt, not five
+    assert "starting again on another port" not in (result.run_dir / "trials/00-baseline-profiled/server.log").read_text()
     trial = read_json(result.run_dir / "trials/00-baseline-profiled/trial.json")
     assert trial["status"] == "failed" and trial["summary"] is None
     assert read_json(result.run_dir / "run.json")["status"] == "incomplete"

@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:  # e.g. results.json or the report on a full disk: one line, never a traceback
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"{name}: cannot write or read {where}{exc.strerror or exc}", file=sys.stderr)
+        what = f"cannot write or read {exc.filename}" if exc.filename else "cannot write its output or read its input"
+        print(f"{name}: {what}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", 2)  # harness.run.interrupts.Terminated: SIGTERM, SIGHUP

@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from harness.errors import EXIT_PASS
+    from harness.errors import EXIT_BAD_INPUT, EXIT_PASS
     from harness.run.execute import run_scenario
     from harness.scenario import load_scenario
 
@@ -287,7 +287,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  server.log | {line}", file=sys.stderr)
         print(f"harness run: INCONCLUSIVE (run incomplete): {result.error}{where}", file=sys.stderr)
         return result.exit_code or 3
-    code = evaluate_run_dir(result.run_dir)
+    try:
+        code = evaluate_run_dir(result.run_dir)
+    except OSError as exc:  # e.g. the disk filled up after the last trial: the measurements are whole
+        print(f"harness run: the run is complete but its checks or report could not be written "
+              f"({_one_line(exc)}); free space, then: harness check {result.run_dir}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(f"results: {result.run_dir}")
     return code
 

@@ -468,8 +468,10 @@ class _ServerLaunch:
                     raise self._fail(exc) from None
             except ServerStartError as exc:
                 # The server exited at start-up: because another process took its port meanwhile?
-                if not (self.server.port_taken() and self._another_port(f"{self.host}:{self.port} was taken by "
-                                                                        "another process during start-up")):
+                # (One that is still up but never answered keeps its port, and fails.)
+                exited = self.server.exit_status() is not None
+                if not (exited and self.server.port_taken()
+                        and self._another_port(f"{self.host}:{self.port} was taken by another process during start-up")):
                     raise self._fail(exc) from None
             except TrialFailed as exc:
                 raise self._fail(exc) from None

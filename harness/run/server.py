@@ -356,7 +356,7 @@ class ServerProcess:
 
     def port_taken(self) -> bool:
         """After the server exited at start-up: is its port held by another process (or did the
-        server say so)?"""
+        server say so)? Only meaningful once the server is gone (its own socket would count)."""
         try:
             ensure_port_free(self.host, self.port)
         except PortInUseError:
