@@ -226,6 +226,9 @@ class ProfileSpec(_Strict):
     requests: int | None = Field(
         None, ge=1, description="requests sent while profiling (default: the workload's num_requests)"
     )
+    trace_timeout_s: float = Field(
+        300.0, gt=0, description="after the profiled requests, how long to wait for complete trace files on disk"
+    )
     nsys: NsysSpec = Field(default_factory=NsysSpec)
 
 

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from faultkit import HarnessProcess, kill_group, survivors, trial_in_progress, wait_for
 from proc_helpers import group_gone, process_gone
 
 from harness.commands import cli
@@ -211,6 +209,8 @@ def test_server_that_never_becomes_healthy(tmp_path):
     assert result.status == "incomplete" and result.exit_code == 3
     assert "did not answer GET /health with 200 within 2 s (last: HTTP 503" in result.error
     assert any("fake_server: mode unhealthy" in line for line in result.log_tail)
+    # its own listening socket is no "port taken by another process": one attempt, not five
+    assert "starting again on another port" not in (result.run_dir / "trials/00-baseline-profiled/server.log").read_text()
     trial = read_json(result.run_dir / "trials/00-baseline-profiled/trial.json")
     assert trial["status"] == "failed" and trial["summary"] is None
     assert read_json(result.run_dir / "run.json")["status"] == "incomplete"
@@ -249,42 +249,40 @@ def test_failing_requests_are_recorded_and_fail_the_trial(tmp_path):
     assert_no_server_left(result.run_dir)
 
 
-def test_ctrl_c_mid_run_exits_130_keeps_the_measurements_and_stops_the_server(tmp_path):
-    path = write_scenario(tmp_path, workload={"num_requests": 40, "output_len": 64, "concurrency": 1}, trials={"profiled": 0})
-    out = tmp_path / "runs"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.commands.cli", "run", str(path), "--out", str(out)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "CI": "true"},
-    )
+@pytest.mark.parametrize("mode", ["restart", "interleaved", "sequential"])
+def test_ctrl_c_mid_run_exits_130_keeps_the_measurements_and_stops_the_server(tmp_path, mode):
+    """Ctrl-C while requests are in flight, at a point the test controls: once two measured requests
+    are on disk, the server is frozen (SIGSTOP), so that requests are certainly mid-stream when the
+    harness's process group gets SIGINT (as from a terminal). The run says it was interrupted (never
+    that a trial failed), keeps every finished request and records no failed one, and stops the
+    frozen server for good."""
+    trials = {"profiled": 0} if mode == "restart" else {"mode": mode, "repetitions": 1, "launches": 1, "profiled": 0}
+    path = write_scenario(tmp_path, workload={"num_requests": 12, "output_len": 32, "concurrency": 2}, trials=trials)
+    run = HarnessProcess(path, tmp_path / "runs").start()
     try:
-        requests_file = None
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            found = list(out.glob("*/trials/00-baseline-timed/requests.jsonl"))
-            # interrupt once some measured requests are on disk: mid-trial, mid-workload
-            if found and sum(1 for line in found[0].read_text().splitlines() if '"warmup": false' in line) >= 2:
-                requests_file = found[0]
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-        assert requests_file is not None, "the first trial never got going"
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        target = wait_for(lambda: trial_in_progress(run.run_dir(), "timed", 2), 120)
+        assert target, run.stderr
+        assert kill_group(target["pid"], signal.SIGSTOP)
+        frozen = sum(1 for r in read_requests(target["dir"]) if not r["warmup"])
+        assert run.interrupt(signal.SIGINT)
+        code = run.wait(60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, stderr
+        if run.alive():
+            run.kill_everything()
+    stderr = run.stderr
+    assert code == 130, stderr
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith("harness run: interrupted: interrupted (Ctrl-C); results so far: ")
-    run_dir = requests_file.parents[2]
-    run = read_json(run_dir / "run.json")
-    assert run["status"] == "incomplete" and run["error"] == "interrupted (Ctrl-C)"
-    trial = read_json(run_dir / "trials/00-baseline-timed/trial.json")
+    run_dir = run.run_dir()
+    run_json = read_json(run_dir / "run.json")
+    assert run_json["status"] == "incomplete" and run_json["error"] == "interrupted (Ctrl-C)"
+    trial = read_json(target["dir"] / "trial.json")
     assert trial["status"] == "failed" and trial["error"] == "interrupted (Ctrl-C)"
-    kept = read_requests(run_dir / "trials/00-baseline-timed")
-    assert 2 <= sum(1 for r in kept if not r["warmup"]) < 40
-    assert_no_server_left(run_dir)
+    kept = [r for r in read_requests(target["dir"]) if not r["warmup"]]
+    # nothing finished is lost; nothing torn down is recorded, least of all as a failed request
+    assert frozen <= len(kept) <= frozen + 2 and all(r["error"] is None for r in kept)
+    assert wait_for(lambda: not survivors(run.marker, [target["pid"]]), 10), survivors(run.marker, [target["pid"]])
+    assert not live_server_pids()
 
 
 def test_dry_run_prints_the_plan_and_commands_and_starts_nothing(tmp_path, capsys):

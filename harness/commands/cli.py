@@ -47,16 +47,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    # From the start, SIGINT, SIGTERM and SIGHUP raise an exception (so cleanup runs) and end the
+    # command with 128 + signal and one line.
+    from harness.run.interrupts import signals_raise_interrupt
+
+    name = "harness"
     try:
-        return int(args._module.run(args) or 0)
+        with signals_raise_interrupt():
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            name = f"harness {args.command}"
+            return int(args._module.run(args) or 0)
     except HarnessInputError as exc:
-        print(f"harness {args.command}: {one_line(exc)}", file=sys.stderr)
+        print(f"{name}: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print(f"harness {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except OSError as exc:  # e.g. results.json or the report on a full disk: one line, never a traceback
+        what = f"cannot write or read {exc.filename}" if exc.filename else "cannot write its output or read its input"
+        print(f"{name}: {what}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", 2)  # harness.run.interrupts.Terminated: SIGTERM, SIGHUP
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,6 +28,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
     parser.add_argument("--out", metavar="DIR", default="reports/runs", help="where runs go (default: reports/runs)")
@@ -37,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the server commands; start nothing")
     parser.add_argument("--repetitions", type=_positive_int, metavar="N", help="timed trials per variant (overrides the scenario)")
     parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
+    parser.add_argument("--port", type=_port, metavar="N",
+                        help="the servers' port (restart mode) or the first launch's (warm modes: launch k gets N+k); "
+                             "default: a free port per launch")
 
 
 # ---- progress -----------------------------------------------------------------------------------
@@ -244,7 +254,15 @@ def _naming_the_file(path: Path, name: str) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.errors import EXIT_PASS
+    from harness.run.interrupts import signals_raise_interrupt
+
+    # The whole command: an interrupt while the checks or the report run is one too (exit 128 + signal).
+    with signals_raise_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from harness.errors import EXIT_BAD_INPUT, EXIT_PASS
     from harness.run.execute import run_scenario
     from harness.scenario import load_scenario
 
@@ -264,24 +282,45 @@ def run(args: argparse.Namespace) -> int:
     progress, stop_progress = _make_progress(_use_rich(args))
     try:
         with _naming_the_file(scenario_path, scenario.name):
-            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress)
+            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress,
+                                  port=args.port)
     finally:
         if stop_progress is not None:
             stop_progress()
-    assert result.run_dir is not None
+    where = f"; results so far: {result.run_dir}" if result.run_dir is not None else ""
+    if result.interrupted_by is not None:
+        if result.status == "complete":  # interrupted after the last trial: measured, not checked
+            print(f"harness run: interrupted after the last trial: the run is complete, not checked "
+                  f"(harness check {result.run_dir}){where}", file=sys.stderr)
+        else:
+            print(f"harness run: interrupted: {result.error}{where}", file=sys.stderr)
+        return int(result.exit_code or 130)
     if result.status != "complete":
-        if result.interrupted_by is None:
+        if result.run_dir is not None and (result.run_dir / "run.json").is_file():
             # The checks and report of what was measured: the verdict is INCONCLUSIVE at best.
             try:
                 evaluate_run_dir(result.run_dir)
+            except KeyboardInterrupt:
+                raise
             except Exception as exc:  # noqa: BLE001 - the run's own error below is what matters
-                print(f"harness run: checks/report of the incomplete run failed: {exc}", file=sys.stderr)
+                print(f"harness run: checks/report of the incomplete run failed: {_one_line(exc)}", file=sys.stderr)
         for line in result.log_tail[-10:]:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)
-        code = result.exit_code or 3
-        label = "interrupted" if result.interrupted_by is not None else "INCONCLUSIVE (run incomplete)"
-        print(f"harness run: {label}: {result.error}; results so far: {result.run_dir}", file=sys.stderr)
-        return code
-    code = evaluate_run_dir(result.run_dir)
+        print(f"harness run: INCONCLUSIVE (run incomplete): {result.error}{where}", file=sys.stderr)
+        return result.exit_code or 3
+    try:
+        code = evaluate_run_dir(result.run_dir)
+    except OSError as exc:  # e.g. the disk filled up after the last trial: the measurements are whole
+        print(f"harness run: the run is complete but its checks or report could not be written "
+              f"({_one_line(exc)}); free space, then: harness check {result.run_dir}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(f"results: {result.run_dir}")
     return code
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."

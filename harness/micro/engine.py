@@ -617,7 +617,10 @@ class MicroEngine:
                     if req in self._running:
                         self._running.remove(req)
         self.forward_steps += 1
-        self._count_profile_step()
+        try:
+            self._count_profile_step()
+        except Exception:  # e.g. the trace cannot be written (disk full): keep serving, say so
+            logger.exception("could not write the profiler trace")
 
     def _tensor(self, rows: list[list[int]] | list[int], dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(rows, dtype=dtype).to(self.device, non_blocking=True)

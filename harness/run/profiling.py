@@ -21,6 +21,9 @@ import httpx
 from harness.scenario import ProfileSpec
 
 TRACE_GLOB = "*.trace.json*"
+# Only finished names count: writers stage a trace under another name first (the micro engine's
+# `X.trace.json.gz.tmp`), and such a file left by a server killed while writing is no trace.
+TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 POLL_S = 0.25
 
 
@@ -59,14 +62,19 @@ def stop_profile(base_url: str, *, timeout_s: float = 300.0) -> bool:
     return response.status_code == 200
 
 
-def trace_files(directory: Path, pattern: str = "*") -> list[Path]:
-    """Regular files the server wrote into `directory` (sorted; hidden files left out). A link is
-    never taken: a server (or anything in the trial directory) must not lead the harness to read,
-    copy or report a file outside the trial directory."""
-    if not directory.is_dir():
+def trace_files(directory: Path, pattern: str = "*", *, traces_only: bool = False) -> list[Path]:
+    """Regular files the server wrote into `directory` (sorted; hidden files and the temporary files
+    a killed writer leaves behind left out; `traces_only`: Kineto traces alone). A link is never
+    taken: a server (or anything in the trial directory) must not lead the harness to read, copy or
+    report a file outside the trial directory."""
+    try:
+        if not directory.is_dir():
+            return []
+        return sorted(p for p in directory.glob(pattern)
+                      if not p.name.startswith(".") and ".tmp" not in p.name and not p.is_symlink() and p.is_file()
+                      and (not traces_only or p.name.endswith(TRACE_SUFFIXES)))
+    except OSError:
         return []
-    return sorted(p for p in directory.glob(pattern)
-                  if not p.name.startswith(".") and not p.is_symlink() and p.is_file())
 
 
 def trace_is_complete(path: Path) -> bool:
@@ -83,15 +91,21 @@ def trace_is_complete(path: Path) -> bool:
         return False
 
 
-def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5, expected: int = 1) -> list[Path]:
+def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5, expected: int = 1,
+                    waiting_since: float | None = None) -> list[Path]:
     """The trace files in `output_dir`, once at least `expected` exist and all are complete (size
-    unchanged for `settle_s` and readable to the end). Raises ProfilingError at the timeout."""
+    unchanged for `settle_s` and readable to the end). Raises ProfilingError at the timeout (its
+    message counts from `waiting_since`, a `time.monotonic()`, when an earlier wait came first)."""
+    since = time.monotonic() if waiting_since is None else waiting_since
     deadline = time.monotonic() + timeout_s
     sizes: dict[Path, int] = {}
     stable_since: float | None = None
     while True:
-        paths = trace_files(output_dir, TRACE_GLOB)
-        current = {p: p.stat().st_size for p in paths}
+        paths = trace_files(output_dir, TRACE_GLOB, traces_only=True)
+        try:
+            current = {p: p.stat().st_size for p in paths}
+        except OSError:  # replaced or removed meanwhile: look again
+            current, paths = {}, []
         now = time.monotonic()
         if len(paths) >= expected and current == sizes and all(current.values()):
             if stable_since is None:
@@ -102,6 +116,6 @@ def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5
             stable_since = None
         sizes = current
         if now >= deadline:
-            found = ", ".join(p.name for p in paths) or "none"
-            raise ProfilingError(f"no complete trace file in {output_dir} after {timeout_s:g} s (found: {found})")
+            found = ", ".join(p.name + ("" if trace_is_complete(p) else " (truncated)") for p in paths) or "none"
+            raise ProfilingError(f"no complete trace file in {output_dir} after {now - since:.0f} s (found: {found})")
         time.sleep(POLL_S)

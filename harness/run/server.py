@@ -3,8 +3,9 @@
 A server starts in its own session (so its own process group, and the terminal's Ctrl-C reaches only
 the harness), logs to the trial's `server.log`, and counts as up once `GET /health` answers 200.
 Stopping sends SIGTERM to the whole group, then SIGKILL after a grace period. Every live server is
-also registered for an `atexit` sweep, and `signals_raise_interrupt()` turns SIGTERM/SIGHUP into an
-exception, so that no server outlives the harness, whatever ends it.
+also registered for an `atexit` sweep, and `harness.run.interrupts` turns SIGINT/SIGTERM/SIGHUP into an
+exception (held back while a server is being stopped), so that no server outlives the harness,
+whatever ends it. A stopped (SIGSTOP) server gets SIGCONT with its SIGTERM, or it could not act on it.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
 from harness.engines import ServerCommand
+from harness.run.interrupts import hurry, interrupts_deferred
 from harness.scenario import NsysSpec
 
 LOOPBACK = "127.0.0.1"
@@ -46,14 +47,6 @@ class PortInUseError(ServerStartError):
     pass
 
 
-class Terminated(KeyboardInterrupt):
-    """The harness got SIGTERM or SIGHUP: unwind like Ctrl-C, so every cleanup path runs."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"terminated by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
 # ---- ports --------------------------------------------------------------------------------------
 
 
@@ -66,6 +59,9 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def ensure_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As servers bind (uvicorn, SGLang): connections of an earlier server on this port that
+        # linger in TIME_WAIT do not count, a socket listening there does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -139,6 +135,79 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
         return []
     text = data.decode("utf-8", errors="replace")
     return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def describe_exit(code: int | None) -> str | None:
+    if code is None:
+        return None
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def listening_socket_inodes(port: int) -> set[int] | None:
+    """Inodes of the TCP sockets listening on `port` (Linux /proc/net/tcp{,6}); None without /proc."""
+    inodes: set[int] = set()
+    seen = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        seen = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes if seen else None
+
+
+def _proc_stats() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgrp) of every process, from /proc."""
+    out: dict[int, tuple[int, int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            out[int(stat.parent.name)] = (int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _related_pids(leader: int) -> set[int]:
+    """The leader's process group and every descendant of the leader (which may have left it)."""
+    stats = _proc_stats()
+    pids = {pid for pid, (_, pgrp) in stats.items() if pgrp == leader} | {leader}
+    frontier = list(pids)
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _) in stats.items():
+            if ppid == parent and pid not in pids:
+                pids.add(pid)
+                frontier.append(pid)
+    return pids
+
+
+def _socket_inodes_of(pids: set[int]) -> set[int] | None:
+    inodes: set[int] = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None  # not ours to inspect: cannot tell
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    return inodes
 
 
 def _group_alive(pgid: int) -> bool:
@@ -224,7 +293,7 @@ class ServerProcess:
                     tail = self.log_tail()
                     cause = f": {tail[-1].strip()}" if tail else ""
                     raise ServerStartError(
-                        f"server exited with code {code} during startup (log: {self.log_path}){cause}", tail
+                        f"server {describe_exit(code)} during startup (log: {self.log_path}){cause}", tail
                     )
                 try:
                     response = client.get(f"{self.base_url}/health")
@@ -243,23 +312,24 @@ class ServerProcess:
 
     # -- stop -----------------------------------------------------------------------------------
     def stop(self, grace_s: float | None = None) -> int | None:
-        """SIGTERM to the group, SIGKILL after the grace period. Idempotent; returns the exit code."""
+        """SIGTERM (and SIGCONT) to the group, SIGKILL after the grace period. Idempotent; returns the
+        exit code. An interrupt that lands meanwhile waits until the group is gone."""
+        with interrupts_deferred():
+            return self._stop(self.stop_grace_s if grace_s is None else grace_s)
+
+    def _stop(self, grace: float) -> int | None:
         proc = self._proc
         if proc is None:
             return self.returncode
-        grace = self.stop_grace_s if grace_s is None else grace_s
         pgid = proc.pid  # start_new_session: the leader's pid is the group id
         try:
             if proc.poll() is None or _group_alive(pgid):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGTERM)
+                    os.killpg(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
                 deadline = time.monotonic() + grace
-                try:
-                    proc.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    pass
                 # The leader may be gone while workers it spawned still run: wait for the group too.
-                while _group_alive(pgid) and time.monotonic() < deadline:
+                while (proc.poll() is None or _group_alive(pgid)) and time.monotonic() < deadline and not hurry():
                     time.sleep(0.05)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGKILL)
@@ -273,6 +343,43 @@ class ServerProcess:
                 _LIVE.pop(proc.pid, None)
             self._close_log()
         return self.returncode
+
+    def exit_status(self, wait_s: float = 0.0) -> str | None:
+        """`exited with code N` / `killed by SIGKILL` if the server process has ended (waiting up to
+        `wait_s` for it: a connection torn down by a dying server is seen before its exit), else None."""
+        proc = self._proc
+        if proc is None:
+            return describe_exit(self.returncode)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait_s) if wait_s > 0 else proc.poll()
+        return describe_exit(proc.returncode)
+
+    def port_taken(self) -> bool:
+        """After the server exited at start-up: is its port held by another process (or did the
+        server say so)? Only meaningful once the server is gone (its own socket would count)."""
+        try:
+            ensure_port_free(self.host, self.port)
+        except PortInUseError:
+            return True
+        except OSError:
+            return False
+        return any("address already in use" in line.lower() for line in self.log_tail())
+
+    def listener_is_own(self) -> bool | None:
+        """Whether the socket listening on the port belongs to this server (its process group or
+        its descendants): a port taken by another process between the check and the server's bind
+        would have the other process answer /health. None when it cannot be told (no /proc)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        inodes = listening_socket_inodes(self.port)
+        if not inodes:
+            return None
+        pids = _related_pids(proc.pid)
+        found = _socket_inodes_of(pids)
+        if found is None:
+            return None
+        return bool(inodes & found)
 
     def _close_log(self) -> None:
         if self._log_file is not None:
@@ -290,50 +397,3 @@ class ServerProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-
-# The signal that interrupted the run, once one has: whatever the interrupt unwinds through (an event
-# loop, a request that ends with an error because its connection was torn down), the run is
-# reported as interrupted, never as a failed trial.
-_interrupted_by: int | None = None
-
-
-def interrupt_received() -> int | None:
-    """The signal number of the interrupt received inside `signals_raise_interrupt`, if any."""
-    return _interrupted_by
-
-
-def raise_if_interrupted() -> None:
-    """Raise the interrupt again if one was received (for code that may have swallowed it)."""
-    if _interrupted_by == signal.SIGINT:
-        raise KeyboardInterrupt
-    if _interrupted_by is not None:
-        raise Terminated(_interrupted_by)
-
-
-@contextlib.contextmanager
-def signals_raise_interrupt() -> Iterator[None]:
-    """While active (main thread only), SIGINT raises KeyboardInterrupt and SIGTERM/SIGHUP raise
-    `Terminated`, so context managers unwind and stop their servers instead of the process dying
-    with servers left behind. The signal is also recorded (`interrupt_received`): asyncio turns a
-    Ctrl-C into a task cancellation of its own, and a request torn down by it can look like a failed
-    request; the record keeps the run's outcome an interruption."""
-    global _interrupted_by
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _interrupted_by = None
-
-    def _raise(signum: int, _frame: object) -> None:
-        global _interrupted_by
-        first = _interrupted_by is None
-        _interrupted_by = _interrupted_by or signum
-        if first:  # a second signal while unwinding must not interrupt the cleanup
-            raise_if_interrupted()
-
-    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -263,7 +263,14 @@ async def send_requests(
 
         async def one(prompt: Prompt) -> RequestRecord:
             async with limit:
-                record = await send_request(client, base_url, prompt, workload)
+                try:
+                    # The whole request, not only each read: a server that trickles tokens (or
+                    # keeps a connection open without answering) cannot hold the run either.
+                    async with asyncio.timeout(request_timeout_s):
+                        record = await send_request(client, base_url, prompt, workload)
+                except TimeoutError:
+                    record = RequestRecord(index=prompt.index, warmup=prompt.warmup,
+                                           error=f"timed out after {request_timeout_s:g} s")
             if on_record is not None:
                 on_record(record)
             return record
@@ -310,17 +317,22 @@ def summarize(records: Sequence[RequestRecord], duration_s: float | None) -> dic
     }
 
 
-async def flush_cache(base_url: str, *, attempts: int = 20, pause_s: float = 0.25) -> bool:
-    """POST /flush_cache. SGLang refuses (4xx) while requests are still running: retry a little."""
-    async with httpx.AsyncClient(timeout=30.0, trust_env=False) as client:
-        for _ in range(attempts):
-            try:
-                response = await client.post(f"{base_url}/flush_cache")
-            except httpx.HTTPError:
-                response = None
-            if response is not None and response.status_code == 200:
-                return True
-            if response is not None and response.status_code == 404:
-                return False  # the server has no cache to flush
-            await asyncio.sleep(pause_s)
+async def flush_cache(base_url: str, *, attempts: int = 20, pause_s: float = 0.25, timeout_s: float = 30.0) -> bool:
+    """POST /flush_cache. SGLang refuses (4xx) while requests are still running: retry a little, all
+    within `timeout_s` (a hung server must not hold the run for attempts x timeout)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
+                for _ in range(attempts):
+                    try:
+                        response = await client.post(f"{base_url}/flush_cache")
+                    except httpx.HTTPError:
+                        response = None
+                    if response is not None and response.status_code == 200:
+                        return True
+                    if response is not None and response.status_code == 404:
+                        return False  # the server has no cache to flush
+                    await asyncio.sleep(pause_s)
+    except TimeoutError:
+        pass
     return False

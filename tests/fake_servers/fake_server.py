@@ -5,13 +5,18 @@ It is called like an interpreter (`fake_server.py -m harness.micro.server --host
 and behaves as $FAKE_SERVER_MODE says:
   unhealthy      listens, but GET /health answers 503 forever
   broken_stream  healthy; /generate sends one chunk, then drops the connection mid-body
+  term_signals_parent  serves /generate properly (4 tokens); on SIGTERM it sends
+                 $FAKE_SERVER_PARENT_SIGNAL (default SIGTERM) to its parent, the harness, then takes
+                 a second to exit: a signal that reaches the harness while it stops a server
 Standard library only, so any python3 runs it.
 """
 
 import http.server
 import json
 import os
+import signal
 import sys
+import time
 
 
 def arg(name: str, default: str) -> str:
@@ -52,6 +57,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path != "/generate":
             self._send(404, b"")
             return
+        if MODE == "term_signals_parent":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for n in range(1, 5):
+                meta = {"completion_tokens": n, "prompt_tokens": 4, "spec_verify_ct": n,
+                        "finish_reason": {"type": "length", "length": 4} if n == 4 else None}
+                self.wfile.write(b"data: " + json.dumps({"output_ids": list(range(5, 5 + n)), "meta_info": meta}).encode() + b"\n\n")
+                self.wfile.flush()
+                time.sleep(0.01)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.close_connection = True
+            return
         chunk = b'data: {"output_ids": [5], "meta_info": {"completion_tokens": 1}}\n\n'
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -66,6 +84,16 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["-c"]:  # asked to run code, as the harness's environment probe does: be Python
         exec(compile(sys.argv[2], "<string>", "exec"))
         sys.exit(0)
+    if MODE == "term_signals_parent":
+
+        def on_term(signum, frame):
+            print("fake_server: SIGTERM; signalling the parent", flush=True)
+            os.kill(os.getppid(), getattr(signal, os.environ.get("FAKE_SERVER_PARENT_SIGNAL", "SIGTERM")))
+            time.sleep(1.0)
+            print("fake_server: exiting", flush=True)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
     server = http.server.ThreadingHTTPServer((arg("--host", "127.0.0.1"), int(arg("--port", "0"))), Handler)
     print(f"fake_server: mode {MODE} on port {server.server_address[1]}", flush=True)
     server.serve_forever()

@@ -1,0 +1,185 @@
+"""Interrupts (Ctrl-C, SIGTERM, SIGHUP) during a run: raised where they land, recorded, and held back
+while cleanup that must finish runs.
+
+Inside `signals_raise_interrupt()` (main thread only) SIGINT raises KeyboardInterrupt and
+SIGTERM/SIGHUP raise `Terminated` (a KeyboardInterrupt), so every `finally` and context manager
+unwinds and stops its servers instead of the process dying with servers left behind. The first signal
+is recorded (`interrupt_received`): an interrupt can land while requests are in flight and tear their
+connections down, and the record keeps the run's outcome an interruption, never a failed trial.
+
+Inside `interrupts_deferred()` a signal is only recorded, and raised when the block ends: stopping a
+server or writing the last records of a trial cannot be cut in half (a server stopped halfway would
+outlive the harness; a trial record would say `running` forever). `interrupts_held()` records without
+ever raising (the run's own bookkeeping, which reads `interrupt_received()`), with
+`interrupts_allowed()` inside it for the work that may be interrupted. A second signal never
+interrupts the cleanup of the first; it only makes server stops skip their grace period (`hurry`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """The harness got SIGTERM or SIGHUP: unwind like Ctrl-C, so every cleanup path runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_active = 0  # nesting depth of signals_raise_interrupt
+_interrupted_by: int | None = None
+_signals_seen = 0
+_deferred = 0  # nesting depth of interrupts_deferred
+_pending = False  # an interrupt arrived while deferred and has not been raised yet
+_cancel_loop: Callable[[], None] | None = None  # set while `run_async` runs an event loop
+
+
+def interrupt_received() -> int | None:
+    """The signal number of the first interrupt received inside `signals_raise_interrupt`, if any."""
+    return _interrupted_by
+
+
+def hurry() -> bool:
+    """A second interrupt arrived: cleanup should not wait out grace periods."""
+    return _signals_seen >= 2
+
+
+def interrupt_exception(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def interrupt_text(signum: int) -> str:
+    """`interrupted (Ctrl-C)` or `interrupted (terminated by SIGTERM)`: the reason a run records."""
+    return "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"interrupted (terminated by {signal.Signals(signum).name})"
+
+
+def raise_if_interrupted() -> None:
+    """Raise the interrupt again if one was received (for code that may have swallowed it, e.g. an
+    event loop that turned it into cancelled requests)."""
+    if _active and _interrupted_by is not None:
+        raise interrupt_exception(_interrupted_by)
+
+
+def _deliver() -> None:
+    """Raise the interrupt, or, while an event loop runs (`run_async`), cancel its main task: an
+    exception raised in the middle of the loop would escape from whichever task or callback it
+    landed in, leave the others to be torn down during shutdown (with asyncio logging each one) and
+    could be taken for a failed request. A cancelled task unwinds cleanly; `run_async` then raises."""
+    if _cancel_loop is not None:
+        _cancel_loop()
+    else:
+        raise_if_interrupted()
+
+
+def _handler(signum: int, _frame: object) -> None:
+    global _interrupted_by, _signals_seen, _pending
+    _signals_seen += 1
+    if _interrupted_by is not None:
+        return  # a second signal while unwinding must not interrupt the cleanup
+    _interrupted_by = signum
+    if _deferred:
+        _pending = True
+    else:
+        _deliver()
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Cleanup that must run to its end: an interrupt that lands inside is raised when it ends."""
+    global _deferred, _pending
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+        if _deferred == 0 and _pending:
+            _pending = False
+            _deliver()  # replaces an exception in flight: the interrupt is what ended it
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Like `interrupts_deferred`, but an interrupt is never raised here: the caller reads
+    `interrupt_received()`. Code that may be interrupted runs inside `interrupts_allowed()`."""
+    global _deferred
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+
+
+@contextlib.contextmanager
+def interrupts_allowed() -> Iterator[None]:
+    """Inside `interrupts_held()`: interrupts raise again (one held back so far is raised at once)."""
+    global _deferred, _pending
+    saved, _deferred = _deferred, 0
+    try:
+        if _pending:
+            _pending = False
+            _deliver()
+        yield
+    finally:
+        _deferred = saved
+
+
+@contextlib.contextmanager
+def signals_raise_interrupt() -> Iterator[None]:
+    """Install the handlers (main thread only; nested use is a no-op). The record starts empty."""
+    global _active, _interrupted_by, _signals_seen, _pending
+    if threading.current_thread() is not threading.main_thread() or _active:
+        yield
+        return
+    _interrupted_by, _signals_seen, _pending = None, 0, False
+    # A signal the harness was started to ignore stays ignored (`nohup`: SIGHUP; a background job
+    # of a script: SIGINT).
+    previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
+    _active += 1
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _active -= 1
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(coro)` for the harness: an interrupt while it runs cancels the coroutine (requests
+    in flight unwind as cancelled, never recorded as failed) and is raised once the loop is closed."""
+    global _cancel_loop
+    previous = _cancel_loop
+    runner = asyncio.Runner()
+    try:
+        loop = runner.get_loop()
+        task = loop.create_task(coro)
+
+        def cancel() -> None:  # what asyncio.Runner does on Ctrl-C when it handles SIGINT itself
+            if not loop.is_closed():
+                task.cancel()
+                loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
+
+        _cancel_loop = cancel
+        if _active and _interrupted_by is not None:
+            task.cancel()  # an interrupt already arrived: start no new work
+        try:
+            result = loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if not (_active and _interrupted_by is not None):
+                raise
+            result = None
+    finally:
+        runner.close()  # cancels what is left; an interrupt meanwhile only cancels, never raises
+        _cancel_loop = previous
+    raise_if_interrupted()
+    return result  # type: ignore[return-value]
