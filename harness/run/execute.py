@@ -32,6 +32,7 @@ from harness.run.environment import collect_environment
 from harness.run.plan import (
     Launch,
     Plan,
+    Selection,
     Trial,
     block_size,
     make_plan,
@@ -665,13 +666,20 @@ def run_scenario(
     progress: RunProgress | None = None,
     host: str = LOOPBACK,
     port: int | None = None,
+    select: Selection | None = None,
+    run_dir: Path | None = None,
 ) -> RunResult:
     """Run every trial of the scenario's plan and write the run directory. Never raises for a failed
     trial or an interruption: the RunResult says what happened. Bad input raises HarnessInputError
-    before anything starts."""
+    before anything starts.
+
+    `select`: run only these (arm, kind) pairs of the plan (see `make_plan`); fix `trials.seed` first
+    (`with_run_seed`) when several subsets must come from one plan. `run_dir`: write into this new
+    directory instead of a fresh `<timestamp>-<name>` under `out_root` (the `latest` link is then
+    left alone)."""
     progress = progress or RunProgress()
     scenario = with_run_seed(scenario)  # written into the run's scenario.yaml: the order is reproducible
-    plan = make_plan(scenario, aa=aa)
+    plan = make_plan(scenario, aa=aa, select=select)
     commands = describe_commands(scenario, plan.trials, host=host)
     scenario_dir = Path(scenario_path).resolve().parent
     # Prompt files are read (and their errors reported) before any server starts.
@@ -680,7 +688,11 @@ def run_scenario(
         return RunResult(run_dir=None, status="planned", plan=plan.trials, commands=commands,
                          launches=plan.launches, mode=plan.mode)
 
-    run_dir = new_run_dir(out_root, scenario.name)
+    if run_dir is None:
+        run_dir = new_run_dir(out_root, scenario.name)
+        update_latest_link(run_dir, latest_link_path(out_root))
+    else:
+        run_dir.mkdir(parents=True)  # never write into an existing run
     result = RunResult(run_dir=run_dir, status="incomplete", plan=plan.trials, commands=commands,
                        launches=plan.launches, mode=plan.mode)
     (run_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario), encoding="utf-8")
@@ -689,7 +701,6 @@ def run_scenario(
         "schema_version": SCHEMA_VERSION, "scenario": scenario.name, "aa": aa, "status": "running", "error": None,
         "started": _now(), "finished": None, **plan.to_json_dict(), "trials_done": 0,
     })
-    update_latest_link(run_dir, latest_link_path(out_root))
     progress.run_started(run_dir, plan.trials)
     analysis: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "trials": {}}
     analysis_errors: dict[str, str] = {}
