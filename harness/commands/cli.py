@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("harness.commands.check", "evaluate a stored run's rules: PASS / FAIL / INCONCLUSIVE (exit 0 / 1 / 3)"),
     "compare": ("harness.commands.compare", "compare two stored runs of one scenario (e.g. yesterday's and today's)"),
     "report": ("harness.commands.report", "rebuild a run's report: index.html, junit.xml, summary.md"),
+    "bisect": ("harness.commands.bisect", "find the commit of a source repository that broke the scenario's rules"),
 }
 
 
