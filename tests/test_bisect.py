@@ -249,6 +249,36 @@ def test_a_commit_whose_server_cannot_start_is_skipped_and_the_range_is_not_narr
     assert_nothing_left(repo, out)
 
 
+def test_a_statistical_rule_runs_a_full_ab_per_step_and_retries_an_inconclusive_one(tmp_path):
+    # one timed trial per arm: the TPOT rule can only say INCONCLUSIVE, so the bad revision is tried
+    # twice (--retries 1), then skipped, and nothing can be bisected
+    repo, hashes = make_repo(tmp_path, [CLEAN, SOFTMAX_BACK])
+    scenario = write_scenario(tmp_path, repo)
+    data = yaml.safe_load(scenario.read_text())
+    data["trials"] = {"repetitions": 1, "profiled": 0}
+    scenario.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    done = subprocess.run(bisect_command(scenario, repo, hashes[0], hashes[1], out, "--rule", "faster",
+                                         "--retries", "1", "--json"),
+                          cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=600)
+    assert done.returncode == 3, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "cannot judge" and result["mode"] == "statistical"
+    assert result["baseline_run_dir"] is None and not (Path(result["out_dir"]) / "baseline").exists()
+    [step] = result["steps"]
+    assert [Path(a).name for a in step["attempts"]] == [f"01-{hashes[1][:12]}", f"01-{hashes[1][:12]}-try2"]
+    assert step["verdict"] == "INCONCLUSIVE" and step["mark"] == "skip" and step["reason"].startswith("faster: ")
+    assert step["reason"].endswith("(attempt 2 of 2)")
+    assert result["message"] == f"the bad revision {hashes[1][:12]} cannot be judged: {step['reason']}"
+    for attempt in map(Path, step["attempts"]):
+        trials = sorted(t.name.split("-", 1)[1] for t in (attempt / "trials").iterdir())
+        assert trials == ["baseline-timed", "candidate-timed"]  # both arms, every attempt: an A/B
+        assert not any(t.is_symlink() for t in (attempt / "trials").iterdir())
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    pids = server_pids(out)
+    assert len(pids) == 4 and all(process_gone(pid) and group_gone(pid) for pid in pids)
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 
@@ -311,6 +341,18 @@ def test_statistical_rules_run_both_arms_at_every_step():
     ab = step_plan(s, "candidate", choose_rules(s, "candidate", ["faster", "no_softmax"], "s.yaml"), "s.yaml")
     assert ab.statistical and ab.once == set()
     assert ab.each_step == {("baseline", "timed"), ("candidate", "timed"), ("baseline", "profiled"), ("candidate", "profiled")}
+
+
+def test_adopting_trials_that_are_not_a_disjoint_part_of_one_plan_is_refused(tmp_path):
+    from rundir_factory import Arm, write_run_dir
+
+    from harness.errors import HarnessInputError
+    from harness.run.combine import adopt_trials
+
+    one = write_run_dir(tmp_path / "a", Arm(tpot_ms=[10.0]), Arm(tpot_ms=[9.0]))
+    two = write_run_dir(tmp_path / "b", Arm(tpot_ms=[10.0]), Arm(tpot_ms=[9.0]))
+    with pytest.raises(HarnessInputError, match="trials/01-baseline-timed: already exists: the two runs are not subsets of one plan"):
+        adopt_trials(one, two)
 
 
 # ---- interruption -------------------------------------------------------------------------------

@@ -31,9 +31,10 @@ def render_page(result: BisectResult) -> str:
     for step in result.steps:
         reports = " ".join(_link(result, run_dir / "index.html", f"try {i}" if len(step.attempts) > 1 else "report")
                            for i, run_dir in enumerate(step.attempts, start=1))
+        first = result.first_bad is not None and step.commit.hash == result.first_bad.hash
         rows.append([str(step.number), f'<code title="{_e(step.commit.hash)}">{_e(step.commit.short)}</code>',
                      _e(step.commit.subject), _e(step.commit.author_date), _e(step.role), _pill(step.verdict),
-                     _e(step.mark), _e(step.reason), reports])
+                     f"<b>{_e(step.mark)}: first bad</b>" if first else _e(step.mark), _e(step.reason), reports])
     steps = _table(["#", "commit", "subject", "author date", "role", "verdict", "mark", "reason", "run"], rows, raw=True)
     found = ""
     if result.first_bad is not None:
@@ -54,7 +55,7 @@ def render_page(result: BisectResult) -> str:
 good <code>{_e(result.good.short)}</code> · bad <code>{_e(result.bad.short)}</code> · {result.commits_in_range}
 commits · {len(result.steps)} step(s) (at most {result.max_steps} without skips)</div></div></header>
 <main>
-<section><h2>Outcome</h2><p>{_e(result.message or result.status)}</p>{found}
+<section><h2>Outcome</h2>{found or f"<p>{_e(result.message or result.status)}</p>"}
 <p>Rules: {_e(', '.join(result.rules))} ({_e(mode)}). {_e(result.plan.describe())}.</p>{baseline}</section>
 <section id="steps"><h2>Steps</h2>{steps}</section>
 <footer>harness {_e(__version__)} · bisect.json holds the same in JSON</footer>

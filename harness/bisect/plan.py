@@ -43,6 +43,14 @@ def rule_needs(scenario: Scenario, check: Check) -> set[Need]:
     return {(arm, kind) for arm in arms for kind in kinds}
 
 
+def judged_arms(check: Check) -> set[str]:
+    """The arms whose trials decide the rule's PASS or FAIL (a kernel-count rule's baseline control
+    can only make it INCONCLUSIVE)."""
+    if isinstance(check, KernelCountCheck):
+        return set(check.variants)
+    return {check.baseline, check.candidate}  # type: ignore[union-attr]
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """Which trials run once (the arms that do not change) and which at every commit."""
@@ -67,12 +75,11 @@ def choose_rules(scenario: Scenario, variant: str, names: list[str], where: str)
     if names:
         chosen = [check for check in scenario.checks if check.name in names]
         for check in chosen:
-            if variant not in {arm for arm, _ in rule_needs(scenario, check)}:
+            if variant not in judged_arms(check):
                 raise HarnessInputError(f"--rule {check.name}: does not judge variant {variant!r}, so it would give "
                                         "the same verdict at every commit")
         return chosen
-    chosen = [check for check in scenario.checks if check.kind in EXACT_KINDS
-              and variant in {arm for arm, _ in rule_needs(scenario, check)}]
+    chosen = [check for check in scenario.checks if check.kind in EXACT_KINDS and variant in judged_arms(check)]
     if not chosen:
         raise HarnessInputError(f"{where}: no kernel_count or output_identity rule judges variant {variant!r}; "
                                 "name the rules to bisect on with --rule")

@@ -164,24 +164,14 @@ def prepare(request: BisectRequest) -> tuple[Scenario, Repo, BisectResult]:
 def run_bisection(request: BisectRequest, progress: BisectProgress | None = None) -> BisectResult:
     """Bisect; never raises for a failed step or an interruption (the result says so). Bad input
     raises HarnessInputError before anything starts."""
-    from harness.bisect.page import write_page
-
     progress = progress or BisectProgress()
     scenario, repo, result = prepare(request)
     result.out_dir = _new_dir(request.out_root, scenario.name)
-    bisection = _Bisection(scenario, repo, result, progress)
-
-    def save() -> None:
-        write_json(result.out_dir / "bisect.json", result.to_json_dict())
-        write_page(result)
-
-    bisection.save = save
     progress.started(result)
-    save()
     with signals_raise_interrupt():
-        worktrees = Worktrees(repo)
-        bisection.worktrees = worktrees
+        bisection = _Bisection(scenario, repo, result, progress, Worktrees(repo))
         try:
+            bisection.save()
             bisection.search()
         except KeyboardInterrupt as exc:
             result.interrupted_by = exc.signum if isinstance(exc, Terminated) else 2
@@ -190,17 +180,24 @@ def run_bisection(request: BisectRequest, progress: BisectProgress | None = None
             if result.steps and not result.steps[-1].reason:
                 result.steps[-1].reason = result.message
         finally:
-            worktrees.close()
-            save()
+            bisection.worktrees.close()
+            bisection.save()
     return result
 
 
 class _Bisection:
-    def __init__(self, scenario: Scenario, repo: Repo, result: BisectResult, progress: BisectProgress):
+    def __init__(self, scenario: Scenario, repo: Repo, result: BisectResult, progress: BisectProgress,
+                 worktrees: Worktrees):
         self.scenario, self.repo, self.result, self.progress = scenario, repo, result, progress
+        self.worktrees = worktrees
         self.variant = result.request.variant
-        self.worktrees: Worktrees
-        self.save: Any = lambda: None
+
+    def save(self) -> None:
+        """bisect.json and the page, after every step: an interrupted bisection keeps its steps."""
+        from harness.bisect.page import write_page
+
+        write_json(self.result.out_dir / "bisect.json", self.result.to_json_dict())
+        write_page(self.result)
 
     def search(self) -> None:
         result = self.result
@@ -275,15 +272,14 @@ class _Bisection:
                     adopt_trials(run_dir, result.baseline_run_dir)
                 checks = check_run_dir(run_dir)
                 build_report(run_dir)
-                step.verdict, step.mark = checks.verdict, MARKS[checks.verdict]
-                if run.status != "complete":  # e.g. the server cannot start at this commit
+                if run.status != "complete":  # e.g. the server cannot start at this commit: no retry
                     step.verdict, step.mark, step.reason = "INCONCLUSIVE", "skip", f"run incomplete: {run.error}"
                     break
-                step.reason = _reason(checks)
+                step.verdict, step.mark, step.reason = checks.verdict, MARKS[checks.verdict], _reason(checks)
                 if step.mark != "skip":
                     break
-                if attempt < attempts:
-                    step.reason += f" (attempt {attempt} of {attempts})"
+            if len(step.attempts) > 1:
+                step.reason += f" (attempt {len(step.attempts)} of {attempts})"
             self.save()
             self.progress.step_finished(step)
             return step

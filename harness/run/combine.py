@@ -29,6 +29,9 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
         raise HarnessInputError(f"{source}: a run of scenario {other.get('scenario')!r} ({other.get('mode')}) cannot "
                                 f"join {run_dir} ({run.get('scenario')!r}, {run.get('mode')})")
     plan, launches = other.get("plan") or [], other.get("launches") or []
+    for entry in [*plan, *launches]:  # all checked before anything changes
+        if (run_dir / entry["dir"]).exists() or (run_dir / entry["dir"]).is_symlink():
+            raise HarnessInputError(f"{run_dir / entry['dir']}: already exists: the two runs are not subsets of one plan")
     for entry in [*plan, *launches]:
         _link(run_dir / entry["dir"], source / entry["dir"])
     changes: dict[str, Any] = {
@@ -46,8 +49,6 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
 
 
 def _link(link: Path, target: Path) -> None:
-    if link.exists() or link.is_symlink():
-        raise HarnessInputError(f"{link}: already exists: the two runs are not subsets of one plan")
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(os.path.relpath(target.resolve(), link.parent.resolve()), target_is_directory=True)
 
