@@ -152,6 +152,30 @@ def test_one_token_difference_fails_output_identity_and_says_where(tmp_path):
     assert (first["request_index"], first["position"], first["baseline_token"], first["candidate_token"]) == (1, 2, 7, 99)
 
 
+def test_a_run_that_planned_no_timed_trials_compares_the_outputs_of_its_profiled_passes(tmp_path):
+    import shutil
+
+    base, cand = good_arms()
+    cand.outputs = [[1, 2, 3, 4], [5, 6, 99, 8], [9, 10, 11, 12]]
+    run_dir = write_run_dir(tmp_path, base, cand)
+    run = json.loads((run_dir / "run.json").read_text())
+    for entry in [e for e in run["plan"] if e["kind"] == "timed"]:
+        shutil.rmtree(run_dir / entry["dir"])
+    run["plan"] = [e for e in run["plan"] if e["kind"] == "profiled"]  # e.g. a bisection step
+    (run_dir / "run.json").write_text(json.dumps(run))
+    _, rules = rules_by_name(run_dir)
+    r = rules["identity"]
+    assert r.verdict == "FAIL" and r.numbers["source"] == "profiled"
+    assert (r.numbers["identical"], r.numbers["compared"]) == (2, 3)
+    assert r.numbers["first_difference"]["candidate_trial"].endswith("-candidate-profiled")
+    # a run that planned timed trials never falls back: their absence is missing evidence
+    run["plan"].append({"index": 99, "variant": "candidate", "kind": "timed", "repetition": 0, "dir": "trials/99-x"})
+    (run_dir / "run.json").write_text(json.dumps(run))
+    _, rules = rules_by_name(run_dir)
+    assert rules["identity"].verdict == "INCONCLUSIVE" and rules["identity"].numbers["source"] == "timed"
+    assert "baseline: timed trials: 0 completed" in rules["identity"].reason
+
+
 def test_sampled_outputs_are_not_compared(tmp_path):
     _, rules = rules_by_name(write_run_dir(tmp_path, *good_arms(), temperature=0.7))
     assert rules["identity"].verdict == "INCONCLUSIVE" and "temperature 0.7" in rules["identity"].reason

@@ -16,7 +16,6 @@ import sqlalchemy as sa
 import yaml
 
 from harness.history import db
-from harness.history.analyze import history_facts
 from harness.history.changepoints import Options, change_points, e_divisive, zero_changes
 from harness.history.extract import read_run
 from harness.history.ingest import find_run_dirs, ingest

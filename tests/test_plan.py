@@ -155,3 +155,26 @@ def test_interleaved_by_pairs_keeps_one_launch_per_arm_up_and_profiles_each_pair
     assert kinds[:2] == [("profiled", 0)] * 2 and kinds[8:10] == [("profiled", 1)] * 2
     timed = [t for t in plan.trials if t.kind == "timed"]
     assert [t.repetition for t in timed] == [r for r in range(6) for _ in range(2)]
+
+
+def test_a_subset_keeps_its_place_in_the_full_plan_so_subsets_compose():
+    from harness.run.plan import make_plan
+
+    for s in (scenario(repetitions=3, profiled=1, seed=2),
+              warm(mode="interleaved", repetitions=4, launches=2, profiled=1),
+              warm(mode="sequential", repetitions=4, launches=2, profiled=2)):
+        full = make_plan(s)
+        base = make_plan(s, select={("baseline", "profiled")})
+        cand = make_plan(s, select=[("candidate", "profiled"), ("candidate", "timed")])
+        assert base.mode == cand.mode == full.mode
+        assert [(t.variant, t.kind) for t in base.trials] == [("baseline", "profiled")] * s.trials.profiled
+        assert all(t.variant == "candidate" for t in cand.trials) and any(t.kind == "timed" for t in cand.trials)
+        # same index, directory, prompts and launch as in the full plan: two subsets fit together
+        assert sorted(base.trials + cand.trials, key=lambda t: t.index) == [t for t in full.trials if t in base.trials + cand.trials]
+        assert not {t.dir for t in base.trials} & {t.dir for t in cand.trials}
+        for part in (base, cand):
+            assert {launch.index for launch in part.launches} == {t.launch for t in part.trials} - {None}
+            assert all(part.launch_of(t) == full.launch_of(t) for t in part.trials)
+    s = warm(mode="interleaved", repetitions=4, launches=2, profiled=1)
+    assert [launch.dir for launch in make_plan(s, select={("candidate", "profiled")}).launches] == ["launches/01-candidate-launch0"]
+    assert make_plan(scenario(profiled=0), select={("candidate", "profiled")}).trials == []

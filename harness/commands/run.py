@@ -56,7 +56,7 @@ def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}{unit}"
 
 
-def _trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> str:
+def trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> str:
     trial, summary = outcome.trial, outcome.summary or {}
     if outcome.status == "ok":
         detail = (
@@ -78,17 +78,19 @@ def _make_progress(rich_ui: bool):
 
         def __init__(self) -> None:
             self.total = 0
+            self.done = 0  # trials finished (a subset of a plan keeps the full plan's indices)
             self.trial_started_at = 0.0
 
         def run_started(self, run_dir: Path, plan: list) -> None:
-            self.total = len(plan)
+            self.total, self.done = len(plan), 0
             print(f"run: {run_dir} ({len(plan)} trials)", flush=True)
 
         def trial_started(self, trial: Any, total_requests: int) -> None:
             self.trial_started_at = time.monotonic()
 
         def trial_finished(self, trial: Any, outcome: Any) -> None:
-            line = _trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at)
+            self.done += 1
+            line = trial_line(self.done, self.total, outcome, time.monotonic() - self.trial_started_at)
             print(line, flush=True)
 
         def launch_ready(self, launch: Any, info: dict[str, Any]) -> None:
@@ -128,7 +130,7 @@ def _make_progress(rich_ui: bool):
             self.trial_task: Any = None
 
         def run_started(self, run_dir: Path, plan: list) -> None:
-            self.total = len(plan)
+            self.total, self.done = len(plan), 0
             self.console.print(f"run: {run_dir} ({len(plan)} trials)")
             self.bars.start()
             self.run_task = self.bars.add_task("trials", total=len(plan))
@@ -144,7 +146,8 @@ def _make_progress(rich_ui: bool):
                 self.bars.update(self.trial_task, completed=done)
 
         def trial_finished(self, trial: Any, outcome: Any) -> None:
-            line = _trial_line(trial.index + 1, self.total, outcome, time.monotonic() - self.trial_started_at)
+            self.done += 1
+            line = trial_line(self.done, self.total, outcome, time.monotonic() - self.trial_started_at)
             self.console.print(line, markup=False)  # an error may quote server output
             self.bars.advance(self.run_task)
 

@@ -35,6 +35,7 @@ from harness.run.environment import collect_environment
 from harness.run.plan import (
     Launch,
     Plan,
+    Selection,
     Trial,
     block_size,
     make_plan,
@@ -860,14 +861,21 @@ def run_scenario(
     progress: RunProgress | None = None,
     host: str = LOOPBACK,
     port: int | None = None,
+    select: Selection | None = None,
+    run_dir: Path | None = None,
 ) -> RunResult:
     """Run every trial of the scenario's plan and write the run directory. Never raises for a failed
     trial, an interruption or a run directory that cannot be written: the RunResult says what
     happened. Bad input raises HarnessInputError before anything starts. `port`: the servers' port
-    (restart mode) or the first launch's (warm modes: launch k gets port + k); default: free ports."""
+    (restart mode) or the first launch's (warm modes: launch k gets port + k); default: free ports.
+
+    `select`: run only these (arm, kind) pairs of the plan (see `make_plan`); fix `trials.seed` first
+    (`with_run_seed`) when several subsets must come from one plan. `run_dir`: write into this new
+    directory instead of a fresh `<timestamp>-<name>` under `out_root` (the `latest` link is then
+    left alone)."""
     progress = progress or RunProgress()
     scenario = with_run_seed(scenario)  # written into the run's scenario.yaml: the order is reproducible
-    plan = make_plan(scenario, aa=aa)
+    plan = make_plan(scenario, aa=aa, select=select)
     commands = describe_commands(scenario, plan.trials, host=host)
     scenario_dir = Path(scenario_path).resolve().parent
     # Prompt files are read (and their errors reported) before any server starts.
@@ -876,7 +884,8 @@ def run_scenario(
                        commands=commands, launches=plan.launches, mode=plan.mode)
     if dry_run:
         return result
-    run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host, port=port)
+    run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host, port=port,
+               run_dir=run_dir)
     with signals_raise_interrupt():
         # Interrupts raise only inside `interrupts_allowed()`: the bookkeeping around it always runs.
         with interrupts_held():
@@ -899,8 +908,10 @@ class _Run:
     """The state of one run while it goes: run.json, the analysis, the warm launches."""
 
     def __init__(self, scenario: Scenario, scenario_dir: Path, plan: Plan, result: RunResult, *,
-                 progress: RunProgress, out_root: Path, aa: bool, host: str, port: int | None):
+                 progress: RunProgress, out_root: Path, aa: bool, host: str, port: int | None,
+                 run_dir: Path | None = None):
         self.scenario, self.scenario_dir, self.plan, self.result = scenario, scenario_dir, plan, result
+        self.given_run_dir = run_dir
         self.progress, self.out_root, self.aa, self.host, self.port = progress, out_root, aa, host, port
         self.started = time.monotonic()
         self.run_file: _JsonFile | None = None
@@ -912,9 +923,14 @@ class _Run:
     def trials(self) -> None:
         scenario, plan, result = self.scenario, self.plan, self.result
         try:
-            run_dir = new_run_dir(self.out_root, scenario.name)
+            if self.given_run_dir is None:
+                run_dir = new_run_dir(self.out_root, scenario.name)
+            else:
+                run_dir = self.given_run_dir
+                run_dir.mkdir(parents=True)  # never write into an existing run
         except OSError as exc:
-            raise RunDirError(f"cannot create a run directory under {self.out_root}: {exc.strerror or exc}") from None
+            where = self.given_run_dir or f"a run directory under {self.out_root}"
+            raise RunDirError(f"cannot create {where}: {exc.strerror or exc}") from None
         result.run_dir = run_dir
         write_text_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
         self.run_file = _JsonFile(run_dir / "run.json", {
@@ -922,7 +938,8 @@ class _Run:
             "error": None, "started": _now(), "finished": None, **plan.to_json_dict(), "trials_done": 0,
         })
         self.reserve = _Reserve(run_dir)
-        update_latest_link(run_dir, latest_link_path(self.out_root))
+        if self.given_run_dir is None:
+            update_latest_link(run_dir, latest_link_path(self.out_root))
         self.progress.run_started(run_dir, plan.trials)
         self.launches = _Launches(scenario, self.scenario_dir, run_dir, plan, self.progress, self.host, self.port)
         environment = collect_environment(scenario, variants=sorted({t.config for t in plan.trials}))

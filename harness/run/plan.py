@@ -35,12 +35,19 @@ Order:
 
 A/A mode (`aa=True`): two arms named `baseline` and `candidate`, both configured from the baseline
 variant; whatever differs between them is noise. Checks treat them as baseline and candidate.
+
+A subset (`make_plan(..., select={(arm, kind), ...})`): only those trials of the full plan, with the
+launches that serve them. They keep their place in the full plan (index, directory name, prompts), so
+subsets of one plan (same scenario and seed) run at different times fit together into one run
+directory without clashing (`harness.run.combine`): what `harness bisect` does with a baseline that
+runs once and a variant that runs at every commit.
 """
 
 from __future__ import annotations
 
 import random
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -108,7 +115,10 @@ class Plan:
     launches: list[Launch] = field(default_factory=list)  # empty in restart mode
 
     def launch_of(self, trial: Trial) -> Launch | None:
-        return None if trial.launch is None else self.launches[trial.launch]
+        """The launch serving `trial` (looked up by index: a subset keeps the full plan's indices)."""
+        if trial.launch is None:
+            return None
+        return next(launch for launch in self.launches if launch.index == trial.launch)
 
     def trials_of_launch(self, launch: Launch) -> list[Trial]:
         return [t for t in self.trials if t.launch == launch.index]
@@ -172,8 +182,27 @@ def profiled_request_count(scenario: Scenario) -> int:
     return scenario.profile.requests or (block_size(scenario) if scenario.trials.warm else scenario.workload.num_requests)
 
 
-def make_plan(scenario: Scenario, *, aa: bool = False) -> Plan:
-    """The launches and trials in run order. Call `with_run_seed` first to know (and record) the seed."""
+Selection = Iterable[tuple[str, TrialKind]]
+
+
+def make_plan(scenario: Scenario, *, aa: bool = False, select: Selection | None = None) -> Plan:
+    """The launches and trials in run order. Call `with_run_seed` first to know (and record) the seed.
+
+    `select`: the (arm, kind) pairs to run, e.g. `{("candidate", "profiled")}`; None runs everything.
+    A subset keeps each trial's and launch's index from the full plan."""
+    plan = _full_plan(scenario, aa=aa)
+    return plan if select is None else subset(plan, select)
+
+
+def subset(plan: Plan, select: Selection) -> Plan:
+    """Only the trials whose (arm, kind) is selected, and the launches that serve them."""
+    wanted = set(select)
+    trials = [t for t in plan.trials if (t.variant, t.kind) in wanted]
+    used = {t.launch for t in trials}
+    return Plan(plan.mode, trials, [launch for launch in plan.launches if launch.index in used])
+
+
+def _full_plan(scenario: Scenario, *, aa: bool) -> Plan:
     scenario = with_run_seed(scenario)
     arm_config = arms(scenario, aa=aa)
     names = list(arm_config)

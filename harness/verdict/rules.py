@@ -214,7 +214,7 @@ def _bound(check: KernelCountCheck) -> tuple[str, int, Callable[[float], bool]]:
     return ">=", check.at_least, lambda x: x >= check.at_least  # type: ignore[operator]
 
 
-def _expects_absence(check: KernelCountCheck) -> bool:
+def expects_absence(check: KernelCountCheck) -> bool:
     return check.equals == 0 or check.at_most == 0
 
 
@@ -258,7 +258,7 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
                 else:
                     ok = holds(value)
                 eager = eager_pattern_total(facts, check.region, check.pattern)
-                if _expects_absence(check) and eager:
+                if expects_absence(check) and eager:
                     ok = False
                 observations.append({
                     "variant": variant, "trial": trial.name, "rank": rank, "region": check.region,
@@ -267,7 +267,7 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
                     "eager_total": eager, "time_us": counts.get("time_us"), "ok": bool(ok),
                 })
     # A zero means nothing unless the analysis can see the pattern: the baseline must show it.
-    if _expects_absence(check):
+    if expects_absence(check):
         baseline = "baseline" if "baseline" in run.scenario.variants else None
         if baseline and baseline not in check.variants and not run.aa:
             seen_in_baseline = 0
@@ -360,16 +360,30 @@ def _first_difference(a: list[int], b: list[int]) -> int:
     return min(len(a), len(b))
 
 
+def output_source(run: RunDir, baseline: str, candidate: str) -> str:
+    """Which trials' outputs the identity rule compares: the timed ones, or the profiled passes when
+    the run planned no timed trial of either arm (a subset of the plan, e.g. a bisection step).
+    Profiled passes send the same prompts in both arms (same request indices), and greedy outputs do
+    not depend on the profiler."""
+    planned = {(entry.get("variant"), entry.get("kind")) for entry in run.run.get("plan") or [] if isinstance(entry, dict)}
+    if (baseline, "timed") in planned or (candidate, "timed") in planned:
+        return "timed"
+    return "profiled"
+
+
 def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleResult:
-    base_trials = run.trials_of(check.baseline, "timed")
-    cand_trials = run.trials_of(check.candidate, "timed")
+    source = output_source(run, check.baseline, check.candidate)
+    base_trials = run.trials_of(check.baseline, source)
+    cand_trials = run.trials_of(check.candidate, source)
+    how = "" if source == "timed" else " (the run planned no timed trials)"
     preconditions = [
         Precondition("greedy decoding", run.scenario.workload.temperature == 0,
                      f"temperature {run.scenario.workload.temperature}: sampled outputs are not comparable"),
-        Precondition(f"{check.baseline}: timed trials", bool(base_trials), f"{len(base_trials)} completed"),
-        Precondition(f"{check.candidate}: timed trials", bool(cand_trials), f"{len(cand_trials)} completed"),
+        Precondition(f"{check.baseline}: {source} trials", bool(base_trials), f"{len(base_trials)} completed{how}"),
+        Precondition(f"{check.candidate}: {source} trials", bool(cand_trials), f"{len(cand_trials)} completed{how}"),
     ]
-    numbers: dict[str, Any] = {"compared": 0, "identical": 0, "fraction": None, "first_difference": None}
+    numbers: dict[str, Any] = {"compared": 0, "identical": 0, "fraction": None, "first_difference": None,
+                               "source": source}
     blocked = _failed_preconditions(preconditions)
     if blocked:
         return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)

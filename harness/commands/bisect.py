@@ -1,0 +1,113 @@
+"""`harness bisect SCENARIO --source REPO --good REV --bad REV`: which commit broke the rules?
+
+Exit codes: 0 the first bad commit was found; 3 the range could not be narrowed to one commit
+(skipped commits), the bad revision passes, or nothing could be judged; 2 bad input; 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
+    parser.add_argument("--source", required=True, metavar="REPO",
+                        help="the git repository to bisect (e.g. /src/sglang); the variant's pythonpath must lie inside it")
+    parser.add_argument("--good", required=True, metavar="REV", help="a revision where the rules pass")
+    parser.add_argument("--bad", required=True, metavar="REV", help="a later revision where they fail")
+    parser.add_argument("--variant", default="candidate", help="the variant that runs each commit (default: candidate)")
+    parser.add_argument("--rule", action="append", default=[], metavar="NAME", dest="rules",
+                        help="a scenario rule to judge each commit by (repeatable; default: every kernel_count and "
+                        "output_identity rule that judges the variant)")
+    parser.add_argument("--retries", type=_non_negative_int, default=2, metavar="N",
+                        help="statistical rules: rerun an INCONCLUSIVE step up to N times before skipping it (default 2)")
+    parser.add_argument("--out", metavar="DIR", default="reports/bisect", help="where bisections go (default: reports/bisect)")
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON (progress goes to stderr)")
+
+
+def _make_progress(stream: TextIO):
+    from harness.bisect import BisectProgress
+    from harness.commands.run import trial_line
+    from harness.run.execute import RunProgress
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
+    class Trials(RunProgress):
+        def run_started(self, run_dir: Path, plan: list) -> None:
+            self.total, self.done = len(plan), 0
+
+        def trial_started(self, trial: Any, total_requests: int) -> None:
+            self.started_at = time.monotonic()
+
+        def trial_finished(self, trial: Any, outcome: Any) -> None:
+            self.done += 1
+            say("    " + trial_line(self.done, self.total, outcome, time.monotonic() - self.started_at))
+
+    class Printer(BisectProgress):
+        run = Trials()
+
+        def started(self, result: Any) -> None:
+            say(f"bisect {result.scenario}: variant {result.request.variant} at each commit of {result.request.source}, "
+                f"good {result.good.short}, bad {result.bad.short}: {result.commits_in_range} commits, at most "
+                f"{result.max_steps} steps without skips; rules: {', '.join(result.rules)}")
+            say(f"  {result.plan.describe()}; output: {result.out_dir}")
+
+        def baseline_started(self, run_dir: Path) -> None:
+            say(f"  trials that run once: {run_dir}")
+
+        def step_started(self, number: int, commit: Any, role: str, left: int | None, attempt: int) -> None:
+            what = "the bad revision" if left is None else f"{left} commit(s) left"
+            again = f", attempt {attempt}" if attempt > 1 else ""
+            say(f"  step {number}: {commit.short} {commit.subject} ({what}{again})")
+
+        def step_finished(self, step: Any) -> None:
+            say(f"  step {step.number}: {step.commit.short} {step.verdict} -> {step.mark}: {step.reason}")
+
+    return Printer()
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.bisect import BisectRequest, run_bisection
+
+    request = BisectRequest(scenario_path=Path(args.scenario), source=Path(args.source), good=args.good, bad=args.bad,
+                            variant=args.variant, rules=tuple(args.rules), retries=args.retries, out_root=Path(args.out))
+    result = run_bisection(request, _make_progress(sys.stderr if args.json else sys.stdout))
+    if args.json:
+        print(json.dumps(result.to_json_dict(), indent=2))
+    else:
+        print_result(result)
+    if result.interrupted_by is not None:
+        print(f"harness bisect: {result.message}; steps so far: {result.out_dir}", file=sys.stderr)
+    return result.exit_code
+
+
+def print_result(result: Any) -> None:
+    for step in result.steps:
+        print(f"{step.number:>3}  {step.commit.short}  {step.verdict:<12} {step.mark:<5} {step.run_dir}")
+    if result.first_bad is not None:
+        c = result.first_bad
+        print(f"first bad commit: {c.hash} {c.subject} ({c.author_date})")
+    elif result.candidates:
+        print("not narrowed to one commit; the first bad commit is one of:")
+        for c in result.candidates:
+            print(f"  {c.hash} {c.subject} ({c.author_date})")
+    else:
+        print(f"no first bad commit: {result.message}")
+    print(f"{len(result.steps)} step(s); report: {result.out_dir / 'index.html'}")
