@@ -25,7 +25,7 @@ from harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS, HarnessInputError
 from harness.run.combine import adopt_trials
 from harness.run.execute import RunProgress, RunResult, run_scenario, write_json
 from harness.run.plan import with_run_seed
-from harness.run.server import Terminated, signals_raise_interrupt
+from harness.run.interrupts import Terminated, signals_raise_interrupt
 from harness.scenario import Scenario, load_scenario
 
 DEFAULT_OUT_ROOT = Path("reports/bisect")

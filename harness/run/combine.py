@@ -3,14 +3,16 @@
 `harness bisect` runs the baseline's trials once and the bisected variant's at every commit; each
 step's run directory then adopts the baseline's trials so that `harness check` and `harness report`
 see one ordinary run. Subsets keep their places in the full plan (`make_plan(select=...)`), so their
-trial and launch directories never clash. The adopted directories are relative symlinks: a profiled
-SGLang trace is tens of MB and every step would copy it, while the links keep working as long as the
-folder that holds both runs moves as a whole.
+trial and launch directories never clash. The adopted directories are copies made of hard links: a
+profiled SGLang trace is tens of MB and every step would copy it, while a hard link costs no space;
+and the step stays a self-contained run directory (readers refuse symbolic links that lead out of a
+run, since a run directory is untrusted input). Across filesystems the files are copied.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from harness.run.execute import write_json
 
 
 def adopt_trials(run_dir: Path, source: Path) -> list[str]:
-    """Add `source`'s trials and launches to `run_dir` (links), merging run.json's plan and launches
+    """Add `source`'s trials and launches to `run_dir` (hard-linked copies), merging run.json's plan and launches
     (in plan order), analysis.json and environment.json's variants. A run adopting an incomplete one
     becomes incomplete with its reason. Returns the adopted trial directories (`trials/...`)."""
     run_dir, source = Path(run_dir), Path(source)
@@ -49,8 +51,14 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
 
 
 def _link(link: Path, target: Path) -> None:
+    def hard_link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:  # another filesystem, or links not allowed: a copy
+            shutil.copy2(src, dst)
+
     link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(os.path.relpath(target.resolve(), link.parent.resolve()), target_is_directory=True)
+    shutil.copytree(target, link, symlinks=False, copy_function=hard_link)
 
 
 def _merge_analysis(run_dir: Path, source: Path) -> None:
