@@ -40,11 +40,13 @@ sys.path.insert(0, str(REPO))
 from harness.scenario import load_scenario  # noqa: E402
 
 
-def mode_scenario(base: dict[str, Any], mode: str, restart_repetitions: int) -> dict[str, Any]:
-    """The scenario in `mode`: as written for its own mode; restart: one launch per sample, each
-    sample 2 blocks' worth of requests (the shape of the default scenario before the warm modes)."""
+def mode_scenario(base: dict[str, Any], mode: str, restart_repetitions: int, warm: dict[str, int]) -> dict[str, Any]:
+    """The scenario in `mode`: as written for its own mode (with `warm` overrides of trials.launches
+    and trials.repetitions); restart: one launch per sample, each sample 2 blocks' worth of requests
+    (the shape of the default scenario before the warm modes)."""
     data = json.loads(json.dumps(base))
     if mode == data.get("trials", {}).get("mode", "restart"):
+        data["trials"].update(warm)
         return data
     if mode == "restart":
         block = data["trials"].get("block_requests") or data["workload"].get("num_requests", 16)
@@ -126,6 +128,8 @@ def main() -> None:
     parser.add_argument("--planted", default="0.03,0.05,0.10", help="slowdowns as fractions of TPOT")
     parser.add_argument("--planted-runs", type=int, default=10)
     parser.add_argument("--restart-repetitions", type=int, default=10)
+    parser.add_argument("--launches", type=int, help="warm mode: launches per arm (default: the scenario's)")
+    parser.add_argument("--rounds", type=int, help="warm mode: rounds (default: the scenario's repetitions)")
     parser.add_argument("--seed", type=int, default=0, help="the shuffled order of the runs")
     parser.add_argument("--out", type=Path, default=Path("/tmp/harness-sensitivity"))
     parser.add_argument("--result", type=Path, default=REPO / "benchmarks" / "sensitivity.json")
@@ -147,7 +151,8 @@ def main() -> None:
             "calibration": calibration, "runs": runs, "summary": summarize(runs, modes, fractions)}, indent=2) + "\n")
 
     def execute(mode: str, condition: str, fraction: float | None, delay_us: int | None, index: int) -> None:
-        data = mode_scenario(base, mode, args.restart_repetitions)
+        warm = {k: v for k, v in (("launches", args.launches), ("repetitions", args.rounds)) if v is not None}
+        data = mode_scenario(base, mode, args.restart_repetitions, warm)
         aa = fraction is None
         if not aa:
             data = planted(data, delay_us)

@@ -84,6 +84,13 @@ class ServerSpec(_Strict):
         description="server flags: `--flag: value`; `true` = bare flag, `false`/`null` = omitted, a list = several values",
     )
     env: dict[str, str] = Field(default_factory=dict, description="environment for the server process")
+    cpus: list[int] | None = Field(
+        None,
+        min_length=1,
+        description="CPUs the server processes may run on (Linux affinity); negative = counted from the last CPU "
+        "available to the harness (-1: the last). While a run lasts the harness keeps to the other CPUs. "
+        "null: no pinning",
+    )
     startup_timeout_s: float = Field(600.0, gt=0, description="how long to wait for /health")
     request_timeout_s: float = Field(600.0, gt=0, description="limit for one /generate request")
 

@@ -146,6 +146,8 @@ def test_health_info_and_generate(server_on: RunningServer) -> None:
         assert info["model_path"] and info["speculative_algorithm"] == "EAGLE"
         state = info["internal_states"][0]
         assert 1.0 <= state["avg_spec_accept_length"] <= 4.0
+        # glibc's mmap threshold is fixed (launch-to-launch stability), and said so in the log
+        assert info["mmap_threshold"] == 128 * 1024 and info["inject_delay_us"] == 0
     assert httpx.get(f"{url}/get_model_info").json()["is_generation"] is True
 
     assert httpx.post(f"{url}/flush_cache").status_code == 200

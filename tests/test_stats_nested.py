@@ -90,3 +90,20 @@ def test_bad_values_are_inconclusive(values):
     rows = design(2, 2)
     decision, fit = decide(values, rows)
     assert decision.verdict == "INCONCLUSIVE" and fit.log_ratio is None
+
+
+def test_coverage_when_launches_really_differ():
+    """Launch effects twice the block noise: where the launch term is kept, the interval (containment
+    df at least) covers; the few runs whose launches happened to look alike are pooled and cover
+    less, which the overall figure includes (the price of the sometimes-pool rule)."""
+    rng = np.random.default_rng(5)
+    rows = design(2, 16)
+    kept_hits = kept = hits = 0
+    for _ in range(300):
+        est, fit = decide(simulate(rng, rows, s_launch=0.06, s_block=0.03), rows)
+        inside = est.estimate.ci_low <= 1.0 <= est.estimate.ci_high
+        hits += inside
+        if not fit.pooled:
+            kept, kept_hits = kept + 1, kept_hits + inside
+    assert kept >= 250 and kept_hits / kept >= 0.95
+    assert hits / 300 >= 0.88

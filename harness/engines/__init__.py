@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import HarnessInputError
 from harness.scenario import Scenario
 
 # The directory that holds the `harness` package: put on a server's PYTHONPATH so that another
@@ -28,11 +29,13 @@ PATCHES_ENV = "HARNESS_PATCHES"
 class ServerCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to (and overriding) os.environ
+    cpus: tuple[int, ...] | None = None  # CPU affinity of the server process (and its children)
 
     def shell(self) -> str:
         """The command as one copy-pasteable line, environment first (for --dry-run and logs)."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (env + " " if env else "") + shlex.join(self.argv)
+        pin = f"taskset -c {','.join(map(str, self.cpus))} " if self.cpus else ""
+        return (env + " " if env else "") + pin + shlex.join(self.argv)
 
 
 def variant_environment(scenario: Scenario, variant: str, *, profile_dir: Path) -> dict[str, str]:
@@ -57,6 +60,34 @@ def server_python(scenario: Scenario, variant: str) -> str:
     return scenario.variants[variant].python or sys.executable
 
 
+def available_cpus() -> list[int]:
+    """The CPUs this process may run on (all of them where affinity is not supported)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def server_cpus(scenario: Scenario) -> tuple[int, ...] | None:
+    """`server.cpus` resolved on this machine (negative entries count from the last available CPU)."""
+    wanted = scenario.server.cpus
+    if not wanted:
+        return None
+    if not hasattr(os, "sched_setaffinity"):
+        raise HarnessInputError("server.cpus: CPU affinity is not supported on this platform; remove it")
+    available = available_cpus()
+    out = []
+    for cpu in wanted:
+        if cpu < 0 and -cpu <= len(available):
+            out.append(available[cpu])
+        elif cpu >= 0 and cpu in available:
+            out.append(cpu)
+        else:
+            raise HarnessInputError(f"server.cpus: CPU {cpu} is not available here (available: "
+                                    f"{', '.join(map(str, available))}; -1 is the last of them)")
+    return tuple(sorted(set(out)))
+
+
 def build_server_command(
     scenario: Scenario, variant: str, *, host: str, port: int, profile_dir: Path
 ) -> ServerCommand:
@@ -64,4 +95,6 @@ def build_server_command(
         from harness.engines import micro as engine
     else:
         from harness.engines import sglang as engine
-    return engine.build_command(scenario, variant, host=host, port=port, profile_dir=profile_dir)
+    command = engine.build_command(scenario, variant, host=host, port=port, profile_dir=profile_dir)
+    cpus = server_cpus(scenario)
+    return command if cpus is None else ServerCommand(command.argv, command.env, cpus)

@@ -136,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="busy-wait N microseconds in every draft-decode cycle: a planted slowdown of known size",
     )
+    engine.add_argument(
+        "--mmap-threshold",
+        type=_non_negative_int,
+        default=DEFAULT_MMAP_THRESHOLD,
+        metavar="BYTES",
+        help="glibc's malloc mmap threshold, fixed (0: glibc's own, which moves with the allocation history)",
+    )
     engine.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
     engine.add_argument("--seed", type=int, default=defaults.seed)
     engine.add_argument("--vocab-size", type=_positive_int, default=defaults.vocab_size)
@@ -354,6 +361,7 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
             "topk1_fast_path": engine.spec.uses_fast_path,
             "disable_topk1_fast_path": args.disable_topk1_fast_path,
             "inject_delay_us": args.inject_delay_us,
+            "mmap_threshold": args.mmap_threshold,
             "cuda_graph_max_bs": args.cuda_graph_max_bs,
             "disable_cuda_graph": args.disable_cuda_graph,
             "cuda_graph": engine.device.type == "cuda" and not args.disable_cuda_graph,
@@ -505,9 +513,34 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
     return app
 
 
+# glibc raises its mmap threshold each time a mapped block is freed, so where the large buffers of a
+# decode step (logits, probabilities: MBs each) land depends on the process's allocation history: on
+# a 2-core VM that made two launches of one configuration differ by 5-15% in TPOT. A fixed threshold
+# gives every launch the same placement (fresh page-aligned mappings); A/A runs with 4 launches per
+# arm: launch-to-launch sd 0-1.2% (benchmarks/README.md).
+DEFAULT_MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def fix_mmap_threshold(threshold: int) -> str:
+    """mallopt(M_MMAP_THRESHOLD): fixes the threshold (turning the dynamic one off). Returns what was done."""
+    if threshold <= 0:
+        return "glibc's dynamic mmap threshold"
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1
+    except (OSError, AttributeError):  # not glibc
+        ok = False
+    return f"mmap threshold fixed at {threshold} bytes" if ok else "mmap threshold left as it is (no glibc mallopt)"
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     args = settings.args
+    malloc_note = fix_mmap_threshold(args.mmap_threshold)  # before torch allocates anything
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="[%(asctime)s] %(message)s",
@@ -549,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logger.info(
         "micro engine %s: device=%s speculative_algorithm=%s num_steps=%d eagle_topk=%d num_draft_tokens=%d "
-        "topk1_fast_path=%s cuda_graph=%s torch=%s threads=%d",
+        "topk1_fast_path=%s cuda_graph=%s torch=%s threads=%d malloc: %s",
         __version__,
         settings.device,
         args.speculative_algorithm,
@@ -560,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.device == "cuda" and spec.cuda_graph,
         torch.__version__,
         torch.get_num_threads(),
+        malloc_note,
     )
     engine = MicroEngine(model_config, spec, settings.device, num_threads=args.num_threads)
     engine.start()

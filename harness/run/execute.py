@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import httpx
 
-from harness.engines import ServerCommand, build_server_command
+from harness.engines import ServerCommand, build_server_command, server_cpus
 from harness.errors import EXIT_INCONCLUSIVE
 from harness.run.environment import collect_environment
 from harness.run.plan import (
@@ -69,6 +69,7 @@ from harness.run.server import (
     ServerStartError,
     export_nsys_sqlite,
     free_port,
+    keep_off_cpus,
     nsys_profile_argv,
 )
 from harness.run.workload import (
@@ -84,8 +85,10 @@ from harness.scenario import Scenario, scenario_to_yaml
 SCHEMA_VERSION = 1
 DEFAULT_OUT_ROOT = Path("reports/runs")
 # After the profiled requests, how long the server gets to finish writing traces by itself (it
-# stops after num_steps) before the harness asks it to stop (at most profile.trace_timeout_s).
-TRACE_SELF_STOP_WAIT_S = 10.0
+# stops after num_steps) before the harness asks it to stop (at most profile.trace_timeout_s). Short:
+# a server that is still writing answers /stop_profile with "not profiling", and the harness then
+# waits for the files (up to trace_timeout_s); one that ran fewer steps waits for nothing.
+TRACE_SELF_STOP_WAIT_S = 2.0
 # A self-chosen port that another process took before the server could bind it: start again on
 # another port this many times.
 PORT_ATTEMPTS = 5
@@ -391,7 +394,7 @@ class _ServerLaunch:
                                             profile_dir=self.profile_dir)
         if self.nsys:
             self.command = ServerCommand(nsys_profile_argv(scenario.profile.nsys, self.profile_dir / "nsys",
-                                                           self.command.argv), self.command.env)
+                                                           self.command.argv), self.command.env, self.command.cpus)
         self.server = ServerProcess(
             self.command,
             log_path=self.dir / "server.log",
@@ -886,7 +889,7 @@ def run_scenario(
         return result
     run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host, port=port,
                run_dir=run_dir)
-    with signals_raise_interrupt():
+    with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)):
         # Interrupts raise only inside `interrupts_allowed()`: the bookkeeping around it always runs.
         with interrupts_held():
             failure: str | None = None

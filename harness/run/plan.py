@@ -15,10 +15,11 @@ Three modes (`trials.mode`):
   arm's j-th launch in turn (drawn order) and each serves a contiguous share of the rounds as blocks;
   the blocks of one round (same prompts) are still the pair, and launch pair j is the time block.
 Timed work never runs under the profiler. Profiled passes (structure, never timing) run on each arm's
-warm server before its timed blocks (in `restart`, they are trials of their own); with nsys they get
-their own launch even in the warm modes, since nsys must wrap the server process.
+warm server after its timed blocks (in `restart`, they are trials of their own): a profiler leaves
+state behind in the process, which would otherwise slow the blocks of the profiled launches only.
+With nsys they get their own launch, before the warm ones, since nsys must wrap the server process.
 
-Order:
+Order (restart mode):
 - Profiled trials come FIRST. The first server start on a machine pays one-off costs (cold page
   cache for imports and weights, CPU clocks ramping up); profiled trials never count for timing, so
   they absorb that instead of whichever timed arm would have gone first. They also put the structural
@@ -49,7 +50,7 @@ import random
 import secrets
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from harness.scenario import Scenario
 
@@ -236,36 +237,40 @@ def _warm_plan(scenario: Scenario, names: list[str], arm_config: dict[str, str],
     # (arm, kind, repetition, launch number or None, first prompt)
     steps: list[tuple[str, TrialKind, int, int | None, int]] = []
     launch_order: list[tuple[str, int]] = []  # (arm, number) in start order
+    def profiles(number_of: Any, reps: list[int]) -> list[tuple[str, TrialKind, int, int | None, int]]:
+        return [(arm, "profiled", rep, number_of(rep), profiled_first + rep * profiled_n)
+                for rep in reps for arm in profiled_orders[rep]]
+
+    all_reps = list(range(spec.profiled))
+    if own_launch_for_profiles:  # launches of their own, before the warm ones
+        steps += profiles(lambda rep: None, all_reps)
+    # A warm launch's profiled passes come AFTER its timed blocks: the profiler leaves state behind in
+    # the server process (callbacks, threads, allocations) that could slow the blocks served after it,
+    # only on the profiled launches, and read as a launch effect.
     if spec.mode == "interleaved":
         launch_order = [(arm, j) for j in range(per_arm) for arm in names]
         pair_of_round = round_launch_pairs(rounds, per_arm)
         by_pair = spec.servers_up == "pair"
         for r, order in enumerate(timed_orders):
-            # Profiled passes run first on the launches they profile: before round 0 (servers_up all,
-            # or nsys's own launches), else before the first round of their launch pair.
-            starts_pair = by_pair and (r == 0 or pair_of_round[r] != pair_of_round[r - 1])
-            for rep, porder in enumerate(profiled_orders):
-                if own_launch_for_profiles or not by_pair:
-                    due, number = r == 0, None if own_launch_for_profiles else rep % per_arm
-                else:
-                    due, number = starts_pair and rep % per_arm == pair_of_round[r], pair_of_round[r]
-                if due:
-                    steps += [(arm, "profiled", rep, number, profiled_first + rep * profiled_n) for arm in porder]
             steps += [(arm, "timed", r, pair_of_round[r] if by_pair else rotation(names.index(arm), r, per_arm), r * block)
                       for arm in order]
+            ends_pair = r == rounds - 1 or (by_pair and pair_of_round[r + 1] != pair_of_round[r])
+            if ends_pair and not own_launch_for_profiles:
+                j = pair_of_round[r]
+                if by_pair:
+                    steps += profiles(lambda rep: j, [rep for rep in all_reps if rep % per_arm == j])
+                else:
+                    steps += profiles(lambda rep: rep % per_arm, all_reps)
     else:  # sequential: launch pair j = each arm's j-th launch, one after the other
         pair_of_round = round_launch_pairs(rounds, per_arm)
         pair_orders = _orders(names, per_arm, spec.order, spec.seed + 2)
-        if own_launch_for_profiles:
-            for rep, order in enumerate(profiled_orders):
-                steps += [(arm, "profiled", rep, None, profiled_first + rep * profiled_n) for arm in order]
         for j, order in enumerate(pair_orders):
             for arm in order:
                 launch_order.append((arm, j))
+                steps += [(arm, "timed", r, j, r * block) for r in range(rounds) if pair_of_round[r] == j]
                 if not own_launch_for_profiles:
                     steps += [(arm, "profiled", rep, j, profiled_first + rep * profiled_n)
-                              for rep in range(spec.profiled) if rep % per_arm == j]
-                steps += [(arm, "timed", r, j, r * block) for r in range(rounds) if pair_of_round[r] == j]
+                              for rep in all_reps if rep % per_arm == j]
     launches = [Launch(index=i, arm=arm, config=arm_config[arm], number=j) for i, (arm, j) in enumerate(launch_order)]
     index_of = {(launch.arm, launch.number): launch.index for launch in launches}
     digits = max(2, len(str(len(steps) - 1)))

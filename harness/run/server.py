@@ -19,6 +19,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -105,6 +106,26 @@ def export_nsys_sqlite(nsys: NsysSpec, report: Path, *, timeout_s: float = 600.0
         last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"nsys export failed (exit {result.returncode}): {last[0]}")
     return sqlite
+
+
+# ---- CPUs ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def keep_off_cpus(cpus: tuple[int, ...] | None) -> Iterator[None]:
+    """While a run lasts, the harness (its client, its threads started meanwhile) keeps off the CPUs
+    its servers are pinned to (`server.cpus`), so that streaming the answers does not compete with
+    the server being measured; with no other CPU left it shares them."""
+    rest = set(os.sched_getaffinity(0)) - set(cpus) if cpus else set()
+    if not rest:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, rest)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 # ---- the process --------------------------------------------------------------------------------
@@ -266,6 +287,7 @@ class ServerProcess:
         self._log_file.write(f"$ {self.command.shell()}\n".encode())
         env = {**os.environ, **self.command.env}
         try:
+            cpus = self.command.cpus
             self._proc = subprocess.Popen(
                 self.command.argv,
                 env=env,
@@ -273,6 +295,8 @@ class ServerProcess:
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # Pinned before exec: every thread and child process of the server inherits it.
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )
         except OSError as exc:
             self._close_log()
