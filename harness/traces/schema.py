@@ -1,5 +1,5 @@
 """The analysis document (`harness analyze --json`, `analysis.json`): pydantic models that the
-checks and the report import. Field meanings are documented in README.md, "Trace analysis".
+checks and the report import. Field meanings are documented in docs/analysis.md.
 
 Fail-closed conventions: a count that the trace cannot support is `null` with `known: false` and
 a `note`, never 0; validity facts and warnings say how far the counts can be trusted.
