@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import signal
 import socket
 import time
@@ -20,6 +21,7 @@ from proc_helpers import group_gone, process_gone
 
 from harness.commands import cli
 from harness.commands import run as run_command
+from harness.engines import keep_off_cpus, server_cpus
 from harness.run.execute import run_scenario
 from harness.scenario import load_scenario
 from harness.run.server import live_server_pids
@@ -451,3 +453,38 @@ def test_planted_slowdown_fails_the_tpot_rule_while_the_kernel_rules_pass(tmp_pa
     assert verdicts["tpot_improved"]["verdict"] == "FAIL" and verdicts["tpot_improved"]["numbers"]["fail_kind"] == "slower"
     assert verdicts["tpot_improved"]["numbers"]["ci_low"] > 1.5
     assert verdicts["no_softmax"]["verdict"] == "PASS" and verdicts["same_outputs"]["verdict"] == "PASS"
+
+
+needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                    reason="CPU pinning needs Linux affinity and two CPUs")
+
+
+@needs_two_cpus
+def test_server_cpus_resolve_against_the_harness_cpus_from_before_it_kept_off_them(tmp_path):
+    """Servers start while the harness keeps off their CPUs: `-1` must still name the machine's last
+    CPU, not the last of the harness's narrowed set (that put the servers on the harness's CPU)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    scenario = load_scenario(write_scenario(tmp_path, server={"cpus": [-1]}))
+    pinned = server_cpus(scenario)
+    assert pinned == (cpus[-1],)
+    with keep_off_cpus(pinned):
+        assert sorted(os.sched_getaffinity(0)) == cpus[:-1]
+        assert server_cpus(scenario) == pinned
+        with keep_off_cpus(pinned):  # nested: changes nothing
+            assert sorted(os.sched_getaffinity(0)) == cpus[:-1]
+    assert sorted(os.sched_getaffinity(0)) == cpus and server_cpus(scenario) == pinned
+
+
+@needs_two_cpus
+def test_a_pinned_run_puts_every_server_on_the_last_cpu_and_gives_the_harness_its_cpus_back(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    path = write_scenario(tmp_path, server={"cpus": [-1]},
+                          trials={"mode": "interleaved", "repetitions": 1, "launches": 1, "profiled": 1})
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
+    assert result.status == "complete", result.error
+    launches = _launch_records(result.run_dir)
+    assert len(launches) == 2
+    for x in launches:  # what the server process itself saw, not only the command line
+        assert x["server_info"]["cpu_affinity"] == [cpus[-1]], x["server_info"]
+        assert x["command"].split(" taskset -c ")[1].split(" ")[0] == str(cpus[-1])
+    assert sorted(os.sched_getaffinity(0)) == cpus

@@ -6,9 +6,11 @@ process; the engine-specific part (which module, which flags) lives in `micro.py
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,8 +62,15 @@ def server_python(scenario: Scenario, variant: str) -> str:
     return scenario.variants[variant].python or sys.executable
 
 
+# While a run keeps the harness off its servers' CPUs (`keep_off_cpus`), the CPUs it had before:
+# a server started meanwhile is placed against those, not against the harness's narrowed set.
+_CPUS_BEFORE_KEEPING_OFF: list[int] | None = None
+
+
 def available_cpus() -> list[int]:
-    """The CPUs this process may run on (all of them where affinity is not supported)."""
+    """The CPUs the harness may run on (all of them where affinity is not supported)."""
+    if _CPUS_BEFORE_KEEPING_OFF is not None:
+        return list(_CPUS_BEFORE_KEEPING_OFF)
     try:
         return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -86,6 +95,26 @@ def server_cpus(scenario: Scenario) -> tuple[int, ...] | None:
             raise HarnessInputError(f"server.cpus: CPU {cpu} is not available here (available: "
                                     f"{', '.join(map(str, available))}; -1 is the last of them)")
     return tuple(sorted(set(out)))
+
+
+@contextlib.contextmanager
+def keep_off_cpus(cpus: tuple[int, ...] | None) -> Iterator[None]:
+    """While a run lasts, the harness (its client, its threads started meanwhile) keeps off the CPUs
+    its servers are pinned to (`server.cpus`), so that streaming the answers does not compete with
+    the server being measured; with no other CPU left it shares them."""
+    global _CPUS_BEFORE_KEEPING_OFF
+    before = sorted(os.sched_getaffinity(0)) if cpus else []
+    rest = set(before) - set(cpus or ())
+    if not rest or _CPUS_BEFORE_KEEPING_OFF is not None:
+        yield
+        return
+    _CPUS_BEFORE_KEEPING_OFF = before
+    os.sched_setaffinity(0, rest)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        _CPUS_BEFORE_KEEPING_OFF = None
 
 
 def build_server_command(

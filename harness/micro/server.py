@@ -362,6 +362,8 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
             "disable_topk1_fast_path": args.disable_topk1_fast_path,
             "inject_delay_us": args.inject_delay_us,
             "mmap_threshold": args.mmap_threshold,
+            # where the process may run (server.cpus pins it): evidence, not the flag
+            "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "cuda_graph_max_bs": args.cuda_graph_max_bs,
             "disable_cuda_graph": args.disable_cuda_graph,
             "cuda_graph": engine.device.type == "cuda" and not args.disable_cuda_graph,

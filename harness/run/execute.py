@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import httpx
 
-from harness.engines import ServerCommand, build_server_command, server_cpus
+from harness.engines import ServerCommand, build_server_command, keep_off_cpus, server_cpus
 from harness.errors import EXIT_INCONCLUSIVE
 from harness.run.environment import collect_environment
 from harness.run.plan import (
@@ -69,7 +69,6 @@ from harness.run.server import (
     ServerStartError,
     export_nsys_sqlite,
     free_port,
-    keep_off_cpus,
     nsys_profile_argv,
 )
 from harness.run.workload import (

@@ -19,7 +19,6 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -106,26 +105,6 @@ def export_nsys_sqlite(nsys: NsysSpec, report: Path, *, timeout_s: float = 600.0
         last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"nsys export failed (exit {result.returncode}): {last[0]}")
     return sqlite
-
-
-# ---- CPUs ---------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def keep_off_cpus(cpus: tuple[int, ...] | None) -> Iterator[None]:
-    """While a run lasts, the harness (its client, its threads started meanwhile) keeps off the CPUs
-    its servers are pinned to (`server.cpus`), so that streaming the answers does not compete with
-    the server being measured; with no other CPU left it shares them."""
-    rest = set(os.sched_getaffinity(0)) - set(cpus) if cpus else set()
-    if not rest:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, rest)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 # ---- the process --------------------------------------------------------------------------------
