@@ -285,7 +285,7 @@ def trial_in_progress(run_dir: Path | None, kind: str = "timed", min_measured: i
 # ---- the harness in a subprocess ----------------------------------------------------------------
 
 
-def _default_signals() -> None:
+def default_signals_in_child() -> None:
     """In the child: the dispositions a terminal's job starts with, whatever ours are (a background
     job or `nohup` ignores SIGINT or SIGHUP, and the harness keeps a signal it was started to ignore)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -322,7 +322,7 @@ class HarnessProcess:
         with self.stdout_path.open("wb") as stdout, self.stderr_path.open("wb") as stderr:
             self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
                                          stdout=stdout, stderr=stderr, start_new_session=True,
-                                         preexec_fn=_default_signals)
+                                         preexec_fn=default_signals_in_child)
         self.started = time.monotonic()
         return self
 

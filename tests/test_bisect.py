@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from faultkit import default_signals_in_child
 from proc_helpers import group_gone, process_gone
 
 from harness.bisect.plan import choose_rules, step_plan
@@ -374,7 +375,8 @@ def test_an_interrupted_bisection_exits_128_plus_signal_and_cleans_up(tmp_path, 
     scenario = write_scenario(tmp_path, repo)
     out = tmp_path / "out"
     proc = subprocess.Popen(bisect_command(scenario, repo, hashes[0], hashes[-1], out), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "CI": "true"})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "CI": "true"},
+                            preexec_fn=default_signals_in_child)
     try:
         deadline = time.monotonic() + 300
         while not list(out.glob(wait_for)) and time.monotonic() < deadline:

@@ -85,7 +85,7 @@ def finish(run: HarnessProcess, *, damaged: bool = True) -> tuple[int, str, Path
 # ---- the interrupt primitives (in-process) -------------------------------------------------------
 
 
-def test_an_interrupt_inside_the_event_loop_cancels_the_work_and_is_raised_after(caplog):
+def test_an_interrupt_inside_the_event_loop_cancels_the_work_and_is_raised_after(caplog, terminal_signals):
     """Requests in flight when Ctrl-C lands are cancelled, never completed as failures, and asyncio
     has nothing to complain about at shutdown."""
     finished: list[int] = []
@@ -107,7 +107,7 @@ def test_an_interrupt_inside_the_event_loop_cancels_the_work_and_is_raised_after
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
-def test_an_interrupt_during_cleanup_waits_for_its_end_and_sigterm_is_terminated():
+def test_an_interrupt_during_cleanup_waits_for_its_end_and_sigterm_is_terminated(terminal_signals):
     steps: list[str] = []
     with interrupts.signals_raise_interrupt(), pytest.raises(interrupts.Terminated) as raised:
         with interrupts.interrupts_deferred():
@@ -120,7 +120,7 @@ def test_an_interrupt_during_cleanup_waits_for_its_end_and_sigterm_is_terminated
     assert interrupts.interrupt_text(signal.SIGTERM) == "interrupted (terminated by SIGTERM)"
 
 
-def test_a_signal_the_harness_was_started_to_ignore_stays_ignored():
+def test_a_signal_the_harness_was_started_to_ignore_stays_ignored(terminal_signals):
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:
         with interrupts.signals_raise_interrupt():
