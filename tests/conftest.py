@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.run.interrupts import SIGNALS
+
 # Real GPU traces live beside the project (../shared/traces), never inside it.
 SHARED_TRACES = Path(os.environ.get("HARNESS_SHARED_TRACES") or Path(__file__).parents[2] / "shared" / "traces")
 
@@ -20,24 +22,14 @@ def shared_traces() -> Path:
     return SHARED_TRACES
 
 
-INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def terminal_signal_dispositions() -> None:
-    """The dispositions a terminal's foreground job starts with. A suite started in the background
-    (`make test &`, `nohup`) inherits SIGINT or SIGHUP ignored, and the harness rightly keeps a
-    signal it was started to ignore: tests of interrupts set these in themselves (this) or in their
-    children (`faultkit.default_signals_in_child`)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
-
 @pytest.fixture
 def terminal_signals():
-    """This test process gets a terminal job's signal dispositions for the test, then its own back."""
-    saved = {sig: signal.getsignal(sig) for sig in INTERRUPT_SIGNALS}
-    terminal_signal_dispositions()
+    """A terminal job's signal dispositions in this test process, then its own back. A suite started
+    in the background (`make test &`, `nohup`) inherits SIGINT or SIGHUP ignored, and the harness
+    rightly keeps a signal it was started to ignore (children: `faultkit.default_signals_in_child`)."""
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    for sig in SIGNALS:
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     try:
         yield
     finally:

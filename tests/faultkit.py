@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.run.interrupts import SIGNALS
+
 REPO = Path(__file__).resolve().parents[1]
 MARKER_ENV = "HARNESS_FAULT_MARKER"
 
@@ -288,7 +290,7 @@ def trial_in_progress(run_dir: Path | None, kind: str = "timed", min_measured: i
 def default_signals_in_child() -> None:
     """In the child: the dispositions a terminal's job starts with, whatever ours are (a background
     job or `nohup` ignores SIGINT or SIGHUP, and the harness keeps a signal it was started to ignore)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
 
 

@@ -121,15 +121,12 @@ def test_an_interrupt_during_cleanup_waits_for_its_end_and_sigterm_is_terminated
 
 
 def test_a_signal_the_harness_was_started_to_ignore_stays_ignored(terminal_signals):
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
-    try:
-        with interrupts.signals_raise_interrupt():
-            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-            os.kill(os.getpid(), signal.SIGHUP)
-        assert interrupts.interrupt_received() is None
-    finally:
-        signal.signal(signal.SIGHUP, previous)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup (the fixture restores it)
+    with interrupts.signals_raise_interrupt():
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        os.kill(os.getpid(), signal.SIGHUP)
+    assert interrupts.interrupt_received() is None
 
 
 # ---- interrupts of real runs --------------------------------------------------------------------
