@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -15,6 +16,8 @@ from harness.scenario import NsysSpec
 from harness.run.server import (
     PortInUseError,
     ServerProcess,
+    _related_pids,
+    _tasks_of,
     ServerStartError,
     free_port,
     live_server_pids,
@@ -99,3 +102,40 @@ def test_nsys_argv_wraps_the_server_and_exports_sqlite_beside_the_report():
     export = nsys_export_argv(spec, Path("/run/t/profile/nsys.nsys-rep"))
     assert export[:4] == ["nsys", "export", "--type", "sqlite"]
     assert export[-3:] == ["-o", "/run/t/profile/nsys.sqlite", "/run/t/profile/nsys.nsys-rep"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="CPU pinning needs Linux affinity and two CPUs")
+def test_a_pinned_server_starts_on_every_cpu_and_runs_every_thread_and_child_on_its_own_once_healthy(tmp_path):
+    """Start-up may use every CPU the harness had (it only waits meanwhile), even while the harness
+    keeps off the servers' CPU; from healthy on, every thread of the server and of its children is on
+    the pinned CPU, also a thread started before and one started after."""
+    from harness.engines import keep_off_cpus
+
+    cpus = sorted(os.sched_getaffinity(0))
+    port = free_port()
+    seen = tmp_path / "startup_affinity"
+    script = (
+        "import os, subprocess, sys, runpy, threading, time;"
+        f"open({str(seen)!r}, 'w').write(','.join(map(str, sorted(os.sched_getaffinity(0)))));"
+        "threading.Thread(target=time.sleep, args=(600,), daemon=True).start();"
+        "subprocess.Popen([sys.executable, '-c', 'import threading, time; "
+        "threading.Thread(target=time.sleep, args=(600,)).start(); time.sleep(600)']);"
+        f"sys.argv = ['fake', '--port', '{port}']; runpy.run_path('{FAKE_SERVER}', run_name='__main__')"
+    )
+    command = ServerCommand([sys.executable, "-c", script], {"FAKE_SERVER_MODE": "healthy"}, cpus=(cpus[-1],))
+    with keep_off_cpus(command.cpus):
+        assert sorted(os.sched_getaffinity(0)) == cpus[:-1]
+        with ServerProcess(command, log_path=tmp_path / "server.log", port=port, startup_timeout_s=20,
+                           stop_grace_s=1) as server:
+            assert seen.read_text() == ",".join(map(str, cpus))
+            deadline = time.monotonic() + 10  # the child may still be starting its thread
+            while True:
+                tasks = {(pid, tid) for pid in _related_pids(server.pid) for tid in _tasks_of(pid)}
+                if len({pid for pid, _ in tasks}) >= 2 and len(tasks) >= 4 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            server.pin()  # what a later pass would do: the child's late thread inherits, nothing moves
+            assert len(tasks) >= 4, tasks
+            assert {tid: sorted(os.sched_getaffinity(tid)) for _, tid in tasks} == {tid: [cpus[-1]] for _, tid in tasks}
+    assert "pinned to CPU(s)" in (tmp_path / "server.log").read_text()

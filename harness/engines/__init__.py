@@ -31,7 +31,7 @@ PATCHES_ENV = "HARNESS_PATCHES"
 class ServerCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to (and overriding) os.environ
-    cpus: tuple[int, ...] | None = None  # CPU affinity of the server process (and its children)
+    cpus: tuple[int, ...] | None = None  # CPU affinity of the server's processes once it is healthy
 
     def shell(self) -> str:
         """The command as one copy-pasteable line, environment first (for --dry-run and logs)."""
