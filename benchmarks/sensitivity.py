@@ -10,8 +10,10 @@ For each mode:
   f. Detection = the TPOT rule FAILs "slower".
 - Per run: wall time, server launches, and the share of wall time spent in measured requests.
 
-Runs of all conditions are shuffled (seeded) so that a drift of the machine hits them alike; each
-result is saved as soon as it exists (`--result`), and `--resume` skips the runs already there.
+Runs are shuffled (seeded) so that a drift of the machine hits them alike: the A/A runs first (they
+calibrate the delay), then the planted ones; with `--cycle-ms` (the cycle measured beforehand) all
+conditions in one shuffled order. Each result is saved as soon as it exists (`--result`), and
+`--resume` skips the runs already there.
 Measure on a machine doing nothing else.
 
     .venv/bin/python benchmarks/sensitivity.py                        # 20 A/A + 3 x 10 planted, both modes
@@ -134,6 +136,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/harness-sensitivity"))
     parser.add_argument("--result", type=Path, default=REPO / "benchmarks" / "sensitivity.json")
     parser.add_argument("--resume", action="store_true", help="keep the runs already in --result")
+    parser.add_argument("--cycle-ms", type=float, help="the decode cycle to size the delays by, measured "
+                        "beforehand (TPOT x accept length of the baseline's blocks): A/A and planted runs are "
+                        "then shuffled together, so an interruption leaves every condition alike")
     args = parser.parse_args()
 
     load_scenario(args.scenario)  # valid, or one line and exit 2
@@ -170,22 +175,41 @@ def main() -> None:
               f"{' ' + row['fail_kind'] if row['fail_kind'] else ''}, ratio {row['ratio']}", flush=True)
 
     calibration = done.get("calibration") or {}
+    if args.cycle_ms is not None:
+        if calibration and calibration.get("cycle_ms") != args.cycle_ms:
+            raise SystemExit(f"--cycle-ms {args.cycle_ms:g} differs from the {calibration['cycle_ms']:g} ms the runs "
+                             f"in {args.result} were sized by")
+        calibration = {"cycle_ms": args.cycle_ms, "from_runs": "given (--cycle-ms)"}
     have = {(r["mode"], r["condition"], r["index"]) for r in runs}
-    # A/A first (they calibrate the delay), in a shuffled order of modes
     rng = random.Random(args.seed)
-    aa_jobs = [(m, i) for m in modes for i in range(args.aa_runs) if (m, "aa", i) not in have]
-    rng.shuffle(aa_jobs)
-    for mode, i in aa_jobs:
-        execute(mode, "aa", None, None, i)
-    cycles = [r["cycle_ms"] for r in runs if r["condition"] == "aa" and r["cycle_ms"]]
-    if not cycles:
-        raise SystemExit("no A/A run measured a cycle time: cannot size the planted delays")
-    calibration = {"cycle_ms": statistics.median(cycles), "from_runs": len(cycles)}
-    jobs = [(m, f, i) for m in modes for f in fractions for i in range(args.planted_runs)
-            if (m, f"planted-{f:g}", i) not in have]
-    rng.shuffle(jobs)
-    for mode, f, i in jobs:
-        execute(mode, f"planted-{f:g}", f, int(round(f * calibration["cycle_ms"] * 1000)), i)
+    aa_jobs: list[tuple[str, float | None, int]] = [
+        (m, None, i) for m in modes for i in range(args.aa_runs) if (m, "aa", i) not in have]
+    planted_jobs: list[tuple[str, float | None, int]] = [
+        (m, f, i) for m in modes for f in fractions for i in range(args.planted_runs) if (m, f"planted-{f:g}", i) not in have]
+
+    def delay_us(f: float) -> int:
+        return int(round(f * calibration["cycle_ms"] * 1000))
+
+    if calibration:  # sized beforehand: every condition in one shuffled order
+        jobs = aa_jobs + planted_jobs
+        rng.shuffle(jobs)
+        for mode, f, i in jobs:
+            if f is None:
+                execute(mode, "aa", None, None, i)
+            else:
+                execute(mode, f"planted-{f:g}", f, delay_us(f), i)
+    else:  # A/A first: they calibrate the delay
+        rng.shuffle(aa_jobs)
+        for mode, _, i in aa_jobs:
+            execute(mode, "aa", None, None, i)
+        cycles = [r["cycle_ms"] for r in runs if r["condition"] == "aa" and r["cycle_ms"]]
+        if not cycles:
+            raise SystemExit("no A/A run measured a cycle time: cannot size the planted delays")
+        calibration = {"cycle_ms": statistics.median(cycles), "from_runs": len(cycles)}
+        rng.shuffle(planted_jobs)
+        for mode, f, i in planted_jobs:
+            assert f is not None
+            execute(mode, f"planted-{f:g}", f, delay_us(f), i)
     save()
     print_table(summarize(runs, modes, fractions))
     print(f"written to {args.result}")
