@@ -182,34 +182,27 @@ def main() -> None:
         calibration = {"cycle_ms": args.cycle_ms, "from_runs": "given (--cycle-ms)"}
     have = {(r["mode"], r["condition"], r["index"]) for r in runs}
     rng = random.Random(args.seed)
-    aa_jobs: list[tuple[str, float | None, int]] = [
-        (m, None, i) for m in modes for i in range(args.aa_runs) if (m, "aa", i) not in have]
-    planted_jobs: list[tuple[str, float | None, int]] = [
-        (m, f, i) for m in modes for f in fractions for i in range(args.planted_runs) if (m, f"planted-{f:g}", i) not in have]
+    aa_jobs = [(m, None, i) for m in modes for i in range(args.aa_runs) if (m, "aa", i) not in have]
+    planted_jobs = [(m, f, i) for m in modes for f in fractions for i in range(args.planted_runs)
+                    if (m, f"planted-{f:g}", i) not in have]
 
-    def delay_us(f: float) -> int:
-        return int(round(f * calibration["cycle_ms"] * 1000))
-
-    if calibration:  # sized beforehand: every condition in one shuffled order
-        jobs = aa_jobs + planted_jobs
+    def run_jobs(jobs: list[tuple[str, float | None, int]]) -> None:
         rng.shuffle(jobs)
         for mode, f, i in jobs:
             if f is None:
                 execute(mode, "aa", None, None, i)
             else:
-                execute(mode, f"planted-{f:g}", f, delay_us(f), i)
+                execute(mode, f"planted-{f:g}", f, int(round(f * calibration["cycle_ms"] * 1000)), i)
+
+    if calibration:  # sized beforehand: every condition in one shuffled order
+        run_jobs(aa_jobs + planted_jobs)
     else:  # A/A first: they calibrate the delay
-        rng.shuffle(aa_jobs)
-        for mode, _, i in aa_jobs:
-            execute(mode, "aa", None, None, i)
+        run_jobs(aa_jobs)
         cycles = [r["cycle_ms"] for r in runs if r["condition"] == "aa" and r["cycle_ms"]]
         if not cycles:
             raise SystemExit("no A/A run measured a cycle time: cannot size the planted delays")
         calibration = {"cycle_ms": statistics.median(cycles), "from_runs": len(cycles)}
-        rng.shuffle(planted_jobs)
-        for mode, f, i in planted_jobs:
-            assert f is not None
-            execute(mode, f"planted-{f:g}", f, delay_us(f), i)
+        run_jobs(planted_jobs)
     save()
     print_table(summarize(runs, modes, fractions))
     print(f"written to {args.result}")
