@@ -31,6 +31,9 @@ from harness.run.plan import rotation  # noqa: E402
 from harness.verdict.stats.base import FAIL, PASS  # noqa: E402
 from harness.verdict.stats.nested import nested_tpot_gain_decision  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from sensitivity import wilson  # noqa: E402  (the real campaigns' intervals, the same formula)
+
 
 def simulate_run(launches: int, rounds: int, effect: float, block_sd: float, launch_sd: float,
                  min_gain: float, rng: np.random.Generator) -> tuple[str, str | None, bool]:
@@ -50,13 +53,10 @@ def simulate_run(launches: int, rounds: int, effect: float, block_sd: float, lau
     return decision.verdict, decision.fail_kind, fit.pooled
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, mid - half), min(1.0, mid + half)
+def bad_input(message: str) -> SystemExit:
+    """One line on stderr and exit code 2, as the harness's own commands do."""
+    print(message, file=sys.stderr)
+    return SystemExit(2)
 
 
 def parse_designs(text: str) -> list[tuple[int, int]]:
@@ -65,9 +65,9 @@ def parse_designs(text: str) -> list[tuple[int, int]]:
         try:
             launches, rounds = (int(v) for v in item.lower().split("x"))
         except ValueError:
-            raise SystemExit(f"--designs: {item!r} is not LAUNCHESxROUNDS (e.g. 4x64)") from None
+            raise bad_input(f"--designs: {item!r} is not LAUNCHESxROUNDS (e.g. 4x64)") from None
         if launches < 2 or rounds < launches:
-            raise SystemExit(f"--designs: {item!r}: need >= 2 launches per arm and >= as many rounds")
+            raise bad_input(f"--designs: {item!r}: need >= 2 launches per arm and >= as many rounds")
         designs.append((launches, rounds))
     return designs
 
@@ -76,7 +76,7 @@ def floats(name: str, text: str) -> list[float]:
     try:
         return [float(v) for v in text.split(",")]
     except ValueError:
-        raise SystemExit(f"{name}: {text!r} is not a comma-separated list of numbers") from None
+        raise bad_input(f"{name}: {text!r} is not a comma-separated list of numbers") from None
 
 
 def main(argv: list[str] | None = None) -> int:
