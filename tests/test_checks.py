@@ -12,7 +12,7 @@ from harness.commands.cli import main
 from harness.rundir import load_run_dir
 from rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
 
-rng = np.random.default_rng(7)
+rng = np.random.default_rng(8)
 
 
 def noisy(center: float, n: int = 6, cv: float = 0.01) -> list[float]:
@@ -283,6 +283,45 @@ def test_explained_gain_scales_away_a_slower_profiled_machine(tmp_path):
     assert rules["explained"].numbers["saving_us_per_cycle"] == pytest.approx(2500 + 1300 - 1.5 * (1500 + 1300))
 
 
+def _cpu_facts_with_spans(per_cycle_us: dict[str, np.ndarray]) -> dict:
+    """A CPU trace's analysis whose regions have one span per cycle with the given durations, in
+    cycle order decode, verify, extend, 10 ms apart."""
+    cycles = len(per_cycle_us["TARGET_VERIFY"])
+    facts = file_facts(softmax_per_replay=0, replays=cycles, cpu=True,
+                       region_us={r: float(np.mean(v)) for r, v in per_cycle_us.items()})
+    offsets = {"DRAFT_DECODE": 0.0, "TARGET_VERIFY": 4000.0, "DRAFT_EXTEND": 7000.0}
+    for region, durations in per_cycle_us.items():
+        facts["region_times"][region].update(
+            robust_time_us=float(np.median(durations)) * cycles,
+            spans_us=[[10000.0 * k + offsets[region], float(d)] for k, d in enumerate(durations)])
+    return facts
+
+
+def test_explained_gain_scales_cycle_by_cycle_where_the_trace_has_spans(tmp_path):
+    # The candidate's machine slows from 0.7x to 1.6x during its profiled trial, shared by the
+    # regions of one cycle; one cycle's draft decode is also caught by another process (+5 ms). The
+    # regions lost 1000 us per cycle. Each span set against its own cycle's verify, and the median
+    # over cycles, gives that saving; the same traces without spans fall back to the whole trial.
+    cycles = 19
+    true = {"DRAFT_DECODE": (2500.0, 1500.0), "DRAFT_EXTEND": (1300.0, 1300.0), "TARGET_VERIFY": (2000.0, 2000.0)}
+    arms = []
+    for which, speed in ((0, np.ones(cycles)), (1, np.linspace(0.7, 1.6, cycles))):
+        times = {r: v[which] * speed for r, v in true.items()}
+        times["DRAFT_DECODE"][3] += 5000.0
+        arms.append(Arm(tpot_ms=noisy(10.0 - which), profile=[_cpu_facts_with_spans(times)]))
+    _, rules = rules_by_name(write_run_dir(tmp_path / "spans", *arms))
+    n = rules["explained"].numbers
+    assert n["scaled"] == "per_cycle" and "scaled cycle by cycle by TARGET_VERIFY" in rules["explained"].reason
+    assert n["saving_us_per_cycle"] == pytest.approx(1000.0)
+    assert n["regions"]["DRAFT_DECODE"]["candidate_us_per_cycle"] == pytest.approx(1500.0)
+    for arm in arms:  # the same traces analysed before spans were recorded
+        for facts in arm.profile:
+            for fact in facts["region_times"].values():
+                del fact["spans_us"]
+    _, rules = rules_by_name(write_run_dir(tmp_path / "no-spans", *arms))
+    assert rules["explained"].numbers["scaled"] == "per_trial" and "candidate scaled x" in rules["explained"].reason
+
+
 def test_explained_gain_uses_the_robust_region_time(tmp_path):
     # On a CPU trace one cycle caught by another process inflates the total; the analysis also
     # gives a median-based total, which the rule prefers.
@@ -358,7 +397,7 @@ def test_aa_run_reports_noise_floor_and_no_false_verdict(tmp_path):
 
 def test_compare_two_runs(tmp_path, capsys):
     global rng
-    rng = np.random.default_rng(7)  # its own draws: the outcome must not depend on the tests before it
+    rng = np.random.default_rng(8)  # its own draws: the outcome must not depend on the tests before it
     run_a = write_run_dir(tmp_path / "a", *good_arms())
     base, cand = good_arms()
     cand.tpot_ms = noisy(10.0)  # today's candidate is 11% slower than yesterday's

@@ -127,6 +127,10 @@ def test_region_time_on_cpu_is_the_wall_time_of_its_spans(recorded):
         assert t.time_us == pytest.approx(sum(float(e["dur"]) for e in spans), abs=0.01)
         durations = sorted(float(e["dur"]) for e in spans)
         assert t.robust_time_us == pytest.approx(durations[CYCLES // 2] * CYCLES, abs=0.01)  # median x count
+        # each span by start, so that a rule can set it against the reference span of its cycle
+        assert [s for s, _ in t.spans_us] == sorted(s for s, _ in t.spans_us)
+        assert sorted(d for _, d in t.spans_us) == pytest.approx(durations, abs=0.01)
+        assert sorted(s for s, _ in t.spans_us) == pytest.approx(sorted(float(e["ts"]) for e in spans), abs=0.01)
 
 
 def test_nested_spans_of_one_region_count_once(tmp_path):
@@ -151,6 +155,8 @@ def test_nested_spans_of_one_region_count_once(tmp_path):
     assert decode.time_us == pytest.approx(sum(float(e["dur"]) for e in outer), abs=0.01)  # ... timed once
     outer_durations = sorted(float(e["dur"]) for e in outer)
     assert decode.robust_time_us == pytest.approx(sum(outer_durations) / 2 * 2, abs=0.01)  # median of 2 x 2
+    assert [d for _, d in decode.spans_us] == pytest.approx([float(e["dur"]) for e in sorted(outer, key=lambda e: float(e["ts"]))],
+                                                            abs=0.01)  # the inner spans are not cycles
 
 
 def test_fast_path_has_no_softmax_in_draft_regions_but_argmax(recorded):

@@ -81,6 +81,7 @@ def test_region_time_is_the_gpu_time_of_its_graph_replays_and_eager_ops(analyzed
     decode = times["DRAFT_DECODE"]
     assert (decode.unit, decode.instances, decode.basis, decode.time_us) == ("graph_launch", 1, "gpu_ops", 9694.013)
     assert decode.robust_time_us == decode.time_us  # GPU op times: no CPU load in them
+    assert decode.spans_us is None  # GPU time is not span wall time: the rule scales per trial
     ops = analysis.ops_frame()
     in_region = ops[ops["region"] == "DRAFT_DECODE"]
     assert len(in_region) == 551  # the 544 kernels of the replay and 7 eager GPU ops in its span

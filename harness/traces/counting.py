@@ -198,20 +198,22 @@ def region_times(attribution: Attribution, items: Items, table: RegionTable) -> 
         if not n_graph and not region_spans.any():
             continue
         unit, instances = ("graph_launch", n_graph) if n_graph else ("span", int(region_spans.sum()))
+        outermost: list[tuple[float, float]] | None = None
         if items.subject == "gpu_ops":
             time_us = robust = float(dur[in_unit & (op_region == region)].sum())
             basis = "gpu_ops"
         else:
             time_us, outermost = _wall_time(spans[region_spans])
-            robust, basis = float(np.median(outermost)) * len(outermost), "span_wall"
+            robust, basis = float(np.median([d for _, d in outermost])) * len(outermost), "span_wall"
         out[region] = RegionTime(unit=unit, instances=instances, time_us=round(time_us, 3), basis=basis,
-                                 robust_time_us=round(robust, 3))
+                                 robust_time_us=round(robust, 3),
+                                 spans_us=[(round(s, 3), round(d, 3)) for s, d in outermost] if outermost else None)
     return out
 
 
-def _wall_time(spans: pd.DataFrame) -> tuple[float, list[float]]:
+def _wall_time(spans: pd.DataFrame) -> tuple[float, list[tuple[float, float]]]:
     """Summed duration of the spans, counting time covered by several spans of one thread once;
-    and the durations of the outermost spans (those inside no other span of the set)."""
+    and (start, duration) of the outermost spans (those inside no other span of the set), by start."""
     total, outermost = 0.0, []
     for _, group in spans.groupby(["pid", "tid"], sort=False):
         end = -np.inf
@@ -221,10 +223,10 @@ def _wall_time(spans: pd.DataFrame) -> tuple[float, list[float]]:
             if stop <= end:
                 continue
             if start >= end:
-                outermost.append(stop - start)
+                outermost.append((float(start), float(stop - start)))
             total += stop - max(start, end)
             end = stop
-    return total, outermost
+    return total, sorted(outermost)
 
 
 def validity(trace: TraceTables, attribution: Attribution, items: Items, table: RegionTable) -> Validity:

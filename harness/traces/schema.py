@@ -73,6 +73,10 @@ class RegionTime(_Model):
     # time_us without the outliers a busy CPU puts into wall time: on span_wall the median wall
     # time of one (outermost) span times their number; on gpu_ops equal to time_us
     robust_time_us: float | None = None
+    # on span_wall: (start, duration) in us of each outermost span, by start, so that a rule can set
+    # a region's spans against the reference region's span of the same cycle (None on gpu_ops, and
+    # in documents written before it)
+    spans_us: list[tuple[float, float]] | None = None
 
 
 class PatternTotal(_Model):

@@ -612,11 +612,17 @@ class RegionTimes:
     missing: list[str]  # asked-for regions that no profiled trace of the variant shows
     files: int
     files_without_times: int  # analyses written before region times existed
+    # per file with cycles: region -> its outermost spans (start, duration), where the analysis
+    # recorded them (CPU traces; None for a file without them)
+    spans: list[dict[str, list[tuple[float, float]]] | None] = field(default_factory=list)
+    instances: dict[str, int] = field(default_factory=dict)
 
 
 def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> RegionTimes:
     regions = list(dict.fromkeys(regions))
     totals = {r: 0.0 for r in regions}
+    instances = {r: 0 for r in regions}
+    spans: list[dict[str, list[tuple[float, float]]] | None] = []
     seen: set[str] = set()
     cycles = files = without = 0
     basis: set[str] = set()
@@ -633,6 +639,7 @@ def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> Reg
             if not verify.get("instances"):
                 continue
             cycles += int(verify["instances"])
+            file_spans: dict[str, list[tuple[float, float]]] | None = {}
             for region in regions:
                 if region in times:
                     seen.add(region)
@@ -641,8 +648,51 @@ def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> Reg
                     totals[region] += float(fact["robust_time_us"] if fact.get("robust_time_us") is not None
                                             else fact["time_us"])
                     basis.add(fact["basis"])
+                    if fact.get("spans_us") and file_spans is not None:
+                        file_spans[region] = [(float(a), float(b)) for a, b in fact["spans_us"]]
+                        instances[region] += len(fact["spans_us"])
+                    else:
+                        file_spans = None
+            spans.append(file_spans)
     per_cycle = {r: totals[r] / cycles for r in regions} if cycles else {}
-    return RegionTimes(per_cycle, cycles, basis, [r for r in regions if r not in seen], files, without)
+    return RegionTimes(per_cycle, cycles, basis, [r for r in regions if r not in seen], files, without, spans, instances)
+
+
+def _span_ratios(times: RegionTimes, region: str, reference: str) -> np.ndarray:
+    """Each span of `region` over the `reference` span nearest to it in time (the same cycle's):
+    the machine's speed cancels cycle by cycle, not only between whole profiled trials."""
+    out = []
+    for file_spans in times.spans:
+        assert file_spans is not None
+        ref = sorted(file_spans[reference])
+        starts = np.array([a for a, _ in ref])
+        durations = np.array([b for _, b in ref])
+        for start, duration in file_spans[region]:
+            i = int(np.searchsorted(starts, start))
+            near = min((j for j in (i - 1, i) if 0 <= j < len(ref)), key=lambda j: abs(starts[j] - start))
+            out.append(duration / durations[near])
+    return np.array(out)
+
+
+def _per_cycle_normalized(base: RegionTimes, cand: RegionTimes, regions: list[str], reference: str
+                          ) -> dict[str, tuple[float, float]] | None:
+    """Per region, (baseline, candidate) us per cycle on the baseline's scale, from span ratios to the
+    reference region cycle by cycle; None when a profiled trace lacks the spans (a GPU trace, or an
+    analysis written before spans were recorded)."""
+    if not base.spans or not cand.spans or any(s is None for s in base.spans + cand.spans):
+        return None
+    if any(r not in s or not s[r] for s in base.spans + cand.spans for r in [*regions, reference]):
+        return None
+    # the baseline's reference time per instance: the unit both variants' ratios are turned back into
+    ref_us = float(np.median([b for s in base.spans for _, b in s[reference]]))
+    out = {}
+    for region in regions:
+        per = []
+        for times in (base, cand):
+            per_instance = float(np.median(_span_ratios(times, region, reference))) * ref_us
+            per.append(per_instance * times.instances[region] / times.cycles)
+        out[region] = (per[0], per[1])
+    return out
 
 
 def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResult:
@@ -650,7 +700,8 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
 
     Prediction: the drop in the regions' time per EAGLE cycle, baseline minus candidate (whatever
     ran there: the removed ops, and the ops that replace them; the candidate's times scaled by
-    the reference region), divided by the tokens one cycle emits (the accept length). Measured:
+    the reference region, cycle by cycle where the traces have spans), divided by the tokens one
+    cycle emits (the accept length). Measured:
     the baseline's median TPOT times (1 - TPOT ratio), with the interval of that ratio (paired
     when the TPOT rule would pair). The verdict is an equivalence test on measured/predicted:
     PASS when its whole interval lies inside the bounds, FAIL when it lies outside, else
@@ -697,11 +748,15 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
     measured, measured_lo, measured_hi = (base_tpot * (1 - r) for r in (est.ratio, est.ci_high, est.ci_low))
     tokens_per_cycle = float(np.median(accept))
     # The candidate's times on the baseline's scale: the reference region ran the same code in both,
-    # so any difference there is the machine (load, clocks) during the two profiled trials.
+    # so any difference there is the machine (load, clocks) during the two profiled trials. Where the
+    # traces have spans, cycle by cycle: a CPU's speed moves within a trial too (by 10-20% over half a
+    # second on a shared VM), and the regions of one cycle share it.
     scale = base.per_cycle_us[reference[0]] / cand.per_cycle_us[reference[0]] if reference else 1.0
-    regions = {r: {"baseline_us_per_cycle": base.per_cycle_us[r], "candidate_us_per_cycle": cand.per_cycle_us[r] * scale,
-                   "saving_us_per_cycle": base.per_cycle_us[r] - cand.per_cycle_us[r] * scale}
-               for r in dict.fromkeys(check.regions)}
+    wanted = list(dict.fromkeys(check.regions))
+    normalized = _per_cycle_normalized(base, cand, wanted, reference[0]) if reference else None
+    pairs = normalized or {r: (base.per_cycle_us[r], cand.per_cycle_us[r] * scale) for r in wanted}
+    regions = {r: {"baseline_us_per_cycle": b, "candidate_us_per_cycle": c, "saving_us_per_cycle": b - c}
+               for r, (b, c) in pairs.items()}
     saving_us = sum(r["saving_us_per_cycle"] for r in regions.values())
     predicted = saving_us / tokens_per_cycle / 1000.0
     ratio, ratio_lo, ratio_hi = ((m / predicted if predicted > 0 else None) for m in (measured, measured_lo, measured_hi))
@@ -715,10 +770,12 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
                "pattern_removed_us_per_cycle": pattern_removed, "basis": sorted(base.basis | cand.basis),
                "profiled_cycles": {"baseline": base.cycles, "candidate": cand.cycles},
                "reference_region": check.reference_region, "candidate_scale": scale,
+               "scaled": ("per_cycle" if normalized else "per_trial") if reference else None,
                "min_ratio": check.min_ratio, "max_ratio": check.max_ratio}
     per_region = ", ".join(f"{r} {v['saving_us_per_cycle']:+.1f}" for r, v in regions.items())
     of_pattern = f"; {check.pattern} alone {pattern_removed:.1f} us" if pattern_removed is not None else ""
-    scaled = f"; candidate scaled x{scale:.3f} by {reference[0]}" if reference else ""
+    scaled = ("" if not reference else f"; both scaled cycle by cycle by {reference[0]} (the candidate's trial x{scale:.3f} "
+              "on the whole)" if normalized else f"; candidate scaled x{scale:.3f} by {reference[0]}")
     summary = (f"measured TPOT saving {measured * 1000:.1f} us/token; the profiles predict {predicted * 1000:.1f} "
                f"us/token ({saving_us:.1f} us less per cycle in the regions [{per_region}]{of_pattern}{scaled} / "
                f"{tokens_per_cycle:.2f} tokens)")
