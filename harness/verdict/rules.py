@@ -615,13 +615,11 @@ class RegionTimes:
     # per file with cycles: region -> its outermost spans (start, duration), where the analysis
     # recorded them (CPU traces; None for a file without them)
     spans: list[dict[str, list[tuple[float, float]]] | None] = field(default_factory=list)
-    instances: dict[str, int] = field(default_factory=dict)
 
 
 def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> RegionTimes:
     regions = list(dict.fromkeys(regions))
     totals = {r: 0.0 for r in regions}
-    instances = {r: 0 for r in regions}
     spans: list[dict[str, list[tuple[float, float]]] | None] = []
     seen: set[str] = set()
     cycles = files = without = 0
@@ -650,12 +648,11 @@ def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> Reg
                     basis.add(fact["basis"])
                     if fact.get("spans_us") and file_spans is not None:
                         file_spans[region] = [(float(a), float(b)) for a, b in fact["spans_us"]]
-                        instances[region] += len(fact["spans_us"])
                     else:
                         file_spans = None
             spans.append(file_spans)
     per_cycle = {r: totals[r] / cycles for r in regions} if cycles else {}
-    return RegionTimes(per_cycle, cycles, basis, [r for r in regions if r not in seen], files, without, spans, instances)
+    return RegionTimes(per_cycle, cycles, basis, [r for r in regions if r not in seen], files, without, spans)
 
 
 def _span_ratios(times: RegionTimes, region: str, reference: str) -> np.ndarray:
@@ -664,7 +661,7 @@ def _span_ratios(times: RegionTimes, region: str, reference: str) -> np.ndarray:
     out = []
     for file_spans in times.spans:
         assert file_spans is not None
-        ref = sorted(file_spans[reference])
+        ref = file_spans[reference]  # by start, as the analysis writes them
         starts = np.array([a for a, _ in ref])
         durations = np.array([b for _, b in ref])
         for start, duration in file_spans[region]:
@@ -690,7 +687,7 @@ def _per_cycle_normalized(base: RegionTimes, cand: RegionTimes, regions: list[st
         per = []
         for times in (base, cand):
             per_instance = float(np.median(_span_ratios(times, region, reference))) * ref_us
-            per.append(per_instance * times.instances[region] / times.cycles)
+            per.append(per_instance * sum(len(s[region]) for s in times.spans) / times.cycles)
         out[region] = (per[0], per[1])
     return out
 
@@ -774,8 +771,10 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
                "min_ratio": check.min_ratio, "max_ratio": check.max_ratio}
     per_region = ", ".join(f"{r} {v['saving_us_per_cycle']:+.1f}" for r, v in regions.items())
     of_pattern = f"; {check.pattern} alone {pattern_removed:.1f} us" if pattern_removed is not None else ""
-    scaled = ("" if not reference else f"; both scaled cycle by cycle by {reference[0]} (the candidate's trial x{scale:.3f} "
-              "on the whole)" if normalized else f"; candidate scaled x{scale:.3f} by {reference[0]}")
+    if normalized:
+        scaled = f"; both scaled cycle by cycle by {reference[0]} (the candidate's trial x{scale:.3f} on the whole)"
+    else:
+        scaled = f"; candidate scaled x{scale:.3f} by {reference[0]}" if reference else ""
     summary = (f"measured TPOT saving {measured * 1000:.1f} us/token; the profiles predict {predicted * 1000:.1f} "
                f"us/token ({saving_us:.1f} us less per cycle in the regions [{per_region}]{of_pattern}{scaled} / "
                f"{tokens_per_cycle:.2f} tokens)")
