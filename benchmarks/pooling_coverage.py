@@ -29,6 +29,12 @@ from sensitivity import wilson  # noqa: E402
 LEVELS = (0.0, 0.25, 0.5, 1.01)
 
 
+def bad_input(message: str) -> SystemExit:
+    """One line on stderr and exit 2 (bad input), never a traceback."""
+    print(message, file=sys.stderr)
+    return SystemExit(2)
+
+
 def blocks_of(run_dir: Path) -> list[dict] | None:
     results = json.loads((run_dir / "results.json").read_text())
     for rule in results["rules"]:
@@ -60,15 +66,17 @@ def main() -> None:
         try:
             runs += json.loads(path.read_text())["runs"]
         except (OSError, ValueError, KeyError) as exc:
-            raise SystemExit(f"{path}: not a sensitivity.py result ({exc})") from None
+            raise bad_input(f"{path}: not a sensitivity.py result ({exc})") from None
     loaded = []
     for run in runs:
         run_dir = Path(run["run_dir"])
         if not (run_dir / "results.json").exists():
-            raise SystemExit(f"{run_dir}: missing (the run directories of {args.results[0]} are gone)")
+            raise bad_input(f"{run_dir}: missing (the run directories of {args.results[0]} are gone)")
         blocks = blocks_of(run_dir)
         if blocks:
             loaded.append((run["condition"], blocks))
+    if not loaded:
+        raise bad_input(f"{args.results[0]}: no run with blocks (only the warm modes have them)")
     conditions = sorted({c for c, _ in loaded}, key=lambda c: (c != "aa", c))
     print("| condition | runs | pooling (POOL_P) | interval contains 1 | above 1 | below 1 | half-width median (range) |")
     print("|---|---:|---|---|---:|---:|---|")
