@@ -1,7 +1,7 @@
 """How the launch term's pooling rule changes the TPOT interval, on the blocks of real runs.
 
 Re-fits the mixed model (`harness.verdict.stats.nested`) to the stored blocks of every run of a
-`sensitivity.py` result, under several pooling levels (`POOL_P`: pool the launch term when the F test
+`sensitivity.py` result, under several pooling levels (`fit_nested(pool_p=...)`: pool the launch term when the F test
 of launch effects gives p >= this; 0.25 is the rule's; 1.01 never pools, 0 always does), and reports
 per condition how often the 95% interval contains 1 (A/A: it should, 95% of the time), how often it
 lies above 1 (planted: found), and the intervals' half-widths. Nothing is timed: it reads the run
@@ -24,15 +24,10 @@ sys.path.insert(0, str(REPO))
 from harness.verdict.stats import nested  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+from power_simulation import bad_input  # noqa: E402
 from sensitivity import wilson  # noqa: E402
 
 LEVELS = (0.0, 0.25, 0.5, 1.01)
-
-
-def bad_input(message: str) -> SystemExit:
-    """One line on stderr and exit 2 (bad input), never a traceback."""
-    print(message, file=sys.stderr)
-    return SystemExit(2)
 
 
 def blocks_of(run_dir: Path) -> list[dict] | None:
@@ -44,17 +39,12 @@ def blocks_of(run_dir: Path) -> list[dict] | None:
     return None
 
 
-def interval(blocks: list[dict], pool_p: float) -> tuple[float, float, float, float]:
-    """(ratio, low, high, df) with the launch term pooled at `pool_p`."""
-    saved = nested.POOL_P
-    nested.POOL_P = pool_p
-    try:
-        fit = nested.fit_nested([b["tpot_ms"] for b in blocks], [b["variant"] == "candidate" for b in blocks],
-                                [b["launch"] for b in blocks], [b["round"] for b in blocks])
-    finally:
-        nested.POOL_P = saved
+def interval(blocks: list[dict], pool_p: float) -> tuple[float, float, float]:
+    """(ratio, low, high) with the launch term pooled at `pool_p`."""
+    fit = nested.fit_nested([b["tpot_ms"] for b in blocks], [b["variant"] == "candidate" for b in blocks],
+                            [b["launch"] for b in blocks], [b["round"] for b in blocks], pool_p=pool_p)
     est = nested.nested_ratio_ci(fit)
-    return est.ratio, est.ci_low, est.ci_high, fit.df
+    return est.ratio, est.ci_low, est.ci_high
 
 
 def main() -> None:
@@ -84,10 +74,10 @@ def main() -> None:
         rows = [b for c, b in loaded if c == condition]
         for level in LEVELS:
             fits = [interval(b, level) for b in rows]
-            inside = sum(lo <= 1.0 <= hi for _, lo, hi, _ in fits)
-            above = sum(lo > 1.0 for _, lo, _, _ in fits)
-            below = sum(hi < 1.0 for _, _, hi, _ in fits)
-            widths = [100 * (hi - lo) / 2 / r for r, lo, hi, _ in fits]
+            inside = sum(lo <= 1.0 <= hi for _, lo, hi in fits)
+            above = sum(lo > 1.0 for _, lo, _ in fits)
+            below = sum(hi < 1.0 for _, _, hi in fits)
+            widths = [100 * (hi - lo) / 2 / r for r, lo, hi in fits]
             lo_ci, hi_ci = wilson(inside, len(fits))
             name = {0.0: "always", 1.01: "never"}.get(level, f"p >= {level:g}")
             print(f"| {condition} | {len(fits)} | {name} | {inside} ({inside / len(fits):.0%} [{lo_ci:.0%}, {hi_ci:.0%}]) "

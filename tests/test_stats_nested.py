@@ -69,6 +69,20 @@ def test_a_visible_launch_effect_widens_the_interval():
     assert 0.04 < np.median([f.sd_launch for f in noisy]) < 0.14
 
 
+def test_the_pooling_level_is_a_parameter_of_the_fit():
+    """pool_p=0 pools even a visible launch effect (df = blocks - fixed effects); the rule's level keeps
+    it (df near the containment df); the reason names the level used."""
+    rng = np.random.default_rng(3)
+    rows = design(3, 24)
+    values = simulate(rng, rows, ratio=0.9, s_launch=0.08)
+    args = (values, [c for c, _, _ in rows], [lid for _, lid, _ in rows], [tb for *_, tb in rows])
+    rule = stats.fit_nested(*args)
+    always = stats.fit_nested(*args, pool_p=0.0)
+    assert not rule.pooled and rule.df < 8
+    assert always.pooled and always.df == 48 - 25 and always.se < rule.se
+    assert ">= 0): pooled" in always.reason and "visible" in rule.reason
+
+
 @pytest.mark.parametrize("mode", ["interleaved", "sequential"])
 def test_coverage_near_nominal_without_launch_effects(mode):
     rng = np.random.default_rng(4)

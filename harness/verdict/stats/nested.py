@@ -118,10 +118,13 @@ def fit_nested(
     candidate: Sequence[bool],
     launch: Sequence[str],
     time_block: Sequence[object],
+    *,
+    pool_p: float = POOL_P,
 ) -> NestedFit:
     """Fit the model to positive samples (e.g. block TPOTs). `candidate[i]`: sample i is of the
     candidate arm; `launch[i]`: the launch that served it (unique across arms); `time_block[i]`: its
-    round (interleaved) or launch pair (sequential). Never raises on data: problems go to `reason`."""
+    round (interleaved) or launch pair (sequential); `pool_p`: the sometimes-pool level (the rule's
+    unless a study of the rule asks otherwise). Never raises on data: problems go to `reason`."""
     y_raw, problem = _clean(values, "samples")
     arm = np.asarray(candidate, dtype=bool).ravel()
     launch_arr = np.asarray([str(u) for u in launch])
@@ -147,7 +150,7 @@ def fit_nested(
     # identifiable; fit without the launch term (the estimate is then marked unreliable upstream).
     identifiable = np.linalg.matrix_rank(np.column_stack([x, z])) > p
     launch_p = _launch_f_test(y, x, z) if identifiable else None
-    if identifiable and launch_p is not None and launch_p < POOL_P:
+    if identifiable and launch_p is not None and launch_p < pool_p:
         res = _opt.minimize_scalar(lambda t: _reml_terms(y, x, zz, math.exp(t))[0], bounds=(-18.0, math.log(_LAMBDA_MAX)),
                                    method="bounded", options={"xatol": 1e-6})
         lam = math.exp(res.x)
@@ -183,7 +186,7 @@ def fit_nested(
         sd_block=math.sqrt(s2_block), n_blocks=int(n), n_launches=per_arm, n_time_blocks=len(set(tb.tolist())),
         launch_means=launch_means, launch_p=launch_p, pooled=pooled,
         reason=("one launch per arm: the launch effect cannot be separated from the arm" if not identifiable
-                else f"launch effect not visible (F test p={launch_p:.2f} >= {POOL_P}): pooled into block noise"
+                else f"launch effect not visible (F test p={launch_p:.2f} >= {pool_p:g}): pooled into block noise"
                 if pooled else f"launch effect visible (F test p={launch_p:.3g}): REML, Satterthwaite df"),
     )
 
