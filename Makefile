@@ -7,7 +7,11 @@ SCENARIO ?= scenarios/micro_topk1.yaml
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test profile clean
+# The real SGLang 0.5.23 server on a CPU (scenarios/sglang_cpu_tiny_eagle_topk1.yaml): its own
+# virtual environment and tiny models under $(SGLANG_CPU), apart from $(VENV). Opt-in; .ci/run does it.
+SGLANG_CPU ?= .sglang-cpu
+
+.PHONY: install test profile clean sglang-cpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,5 +33,8 @@ profile: $(STAMP)
 	  echo "make profile: harness run exited $$status (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted); make reports any of them as 2: run '$(BIN)/harness run $(SCENARIO)' for the verdict's own exit code" >&2; \
 	fi; exit $$status
 
+sglang-cpu: $(STAMP)
+	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU)
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(SGLANG_CPU) .pytest_cache

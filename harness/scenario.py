@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -77,8 +78,15 @@ def render_args(args: dict[str, ServerArgValue]) -> list[str]:
 class ServerSpec(_Strict):
     """What every variant's server shares."""
 
-    model_path: str | None = Field(None, description="--model-path (SGLang); informational for micro")
-    draft_model_path: str | None = Field(None, description="--speculative-draft-model-path")
+    model_path: str | None = Field(
+        None, description="--model-path (SGLang): a hub id or a directory (`./` or `../`: relative to the scenario file); "
+        "informational for micro")
+    draft_model_path: str | None = Field(None, description="--speculative-draft-model-path (as model_path)")
+    sglang_version: str | None = Field(
+        None, description="engine sglang: the SGLang version every variant's interpreter must have, checked before any "
+        "server starts (null: any installed SGLang)")
+    setup: str | None = Field(
+        None, description="how to install what this scenario needs (e.g. `make sglang-cpu`): said when it is missing")
     args: dict[str, ServerArgValue] = Field(
         default_factory=dict,
         description="server flags: `--flag: value`; `true` = bare flag, `false`/`null` = omitted, a list = several values",
@@ -101,8 +109,11 @@ class VariantSpec(_Strict):
     """One arm of the A/B: how its server differs from the shared `server`."""
 
     description: str = ""
-    python: str | None = Field(None, description="interpreter for the server (default: the harness's own)")
-    pythonpath: list[str] = Field(default_factory=list, description="prepended to PYTHONPATH (e.g. an SGLang source tree)")
+    python: str | None = Field(
+        None, description="interpreter for the server (default: the harness's own; `./` or `../`: relative to the scenario file)")
+    pythonpath: list[str] = Field(
+        default_factory=list,
+        description="prepended to PYTHONPATH (e.g. an SGLang source tree; `./` or `../`: relative to the scenario file)")
     env: dict[str, str] = Field(default_factory=dict)
     args: dict[str, ServerArgValue] = Field(default_factory=dict, description="merged over server.args")
     patches: list[str] = Field(
@@ -534,12 +545,37 @@ def _reject_duplicate_keys(path: Path, root: yaml.Node | None) -> None:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; every problem is a HarnessInputError `FILE:LINE: field: why`."""
+    """Read and validate a scenario file; every problem is a HarnessInputError `FILE:LINE: field: why`.
+    Paths written relative to the scenario file (`./`, `../`) come back absolute."""
     path = Path(path)
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise HarnessInputError(f"{path}:1: expected a mapping with `name`, `engine`, `variants`, ...")
-    return scenario_from_dict(data, source=path, node=node)
+    return with_paths_resolved(scenario_from_dict(data, source=path, node=node), path.parent)
+
+
+def _is_relative_to_scenario(value: str) -> bool:
+    return value.startswith(("./", "../")) or value in (".", "..")
+
+
+def with_paths_resolved(scenario: Scenario, base: Path) -> Scenario:
+    """Model paths, interpreters and PYTHONPATH entries that start with `./` or `../` made absolute
+    against `base` (the scenario file's directory). Only normalised: an interpreter in a virtual
+    environment is a symlink that must stay one (resolving it would leave the environment)."""
+
+    def absolute(value: str | None) -> str | None:
+        if value is None or not _is_relative_to_scenario(value):
+            return value
+        return os.path.normpath(os.path.join(os.path.abspath(base), value))
+
+    server = scenario.server.model_copy(update={"model_path": absolute(scenario.server.model_path),
+                                                "draft_model_path": absolute(scenario.server.draft_model_path)})
+    variants = {
+        name: spec.model_copy(update={"python": absolute(spec.python),
+                                      "pythonpath": [absolute(entry) or entry for entry in spec.pythonpath]})
+        for name, spec in scenario.variants.items()
+    }
+    return scenario.model_copy(update={"server": server, "variants": variants})
 
 
 def scenario_from_dict(data: dict[str, Any], *, source: str | Path = "<scenario>", node: yaml.Node | None = None) -> Scenario:

@@ -1,14 +1,16 @@
 """SGLang 0.5.23's real source on CPU: the wheel, downloaded once, and the stubs it needs here.
 
-The tests hold the harness's SGLang side (the baseline patch, the micro server's profiling API)
-against the code of the released wheel, not against a copy written here. The wheel pins a CUDA
-torch and ~70 packages, so it is never installed: `pip download --no-deps` fetches the file
-once (39 MB, checked against its sha256) and the few source files the tests read are extracted
-into a cache. A module is then loaded in one of four ways, chosen per name by `WheelFinder`:
+The tests hold the harness's SGLang side (the baseline patch, the micro server's profiling API,
+the CPU engine's sgl-kernel stand-ins) against the code of the released wheel, not against a copy
+written here. The wheel pins a CUDA torch and ~70 packages, so it is never installed: `pip download
+--no-deps` fetches the file once (39 MB, checked against its sha256) and the few source files the
+tests read are extracted into a cache. A module is then loaded in one of four ways, chosen per name
+by `WheelFinder`:
 
 - real: the wheel's file, executed as is (`REAL_MODULES`);
 - lifted: a stand-in module holding functions compiled from the wheel's own source text
-  (`LIFTED`: e.g. `fast_topk`, whose real module pulls psutil, transformers, ...);
+  (`LIFTED`: e.g. `fast_topk`, whose real module pulls psutil, transformers, ...; a package that
+  re-exports such a module gets them too, `REEXPORTED`);
 - stand-in: plumbing that needs a GPU model or a running server, replaced by the smallest
   object with the same interface (`STANDINS`, each with the reason);
 - placeholder: every other `sglang.*` module a real one imports. Its names are classes that
@@ -64,16 +66,29 @@ MEMBERS = (
     "sglang/srt/speculative/spec_info.py",
     "sglang/srt/model_executor/forward_context.py",
     "sglang/srt/speculative/eagle_utils.py",
+    "sglang/srt/speculative/spec_utils.py",
     "sglang/srt/utils/common.py",
     "sglang/srt/utils/msgspec_utils.py",
     "sglang/srt/managers/io_struct.py",
     "sglang/srt/entrypoints/http_server.py",
     "sglang/test/server_fixtures/dsa_mtp_fixture.py",
+    # the callers of the sgl-kernel CPU ops (tests/test_sglang_cpu_stand_ins.py)
+    "sglang/kernels/ops/kvcache/cache_move.py",
+    "sglang/kernels/ops/speculative/eagle.py",
+    "sglang/kernels/ops/speculative/cache_locs.py",
+    "sglang/kernels/ops/speculative/spec_tree.py",
+    "sglang/srt/mem_cache/allocation.py",
+    "sglang/srt/mem_cache/memory_pool.py",
 )
 
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 TOPK1_MODULE = "sglang.kernels.ops.speculative.topk1"
 MULTI_LAYER_MODULE = "sglang.srt.speculative.multi_layer_eagle_worker_v2"
+CACHE_MOVE_MODULE = "sglang.kernels.ops.kvcache.cache_move"
+EAGLE_OPS_MODULE = "sglang.kernels.ops.speculative.eagle"
+CACHE_LOCS_MODULE = "sglang.kernels.ops.speculative.cache_locs"
+SPEC_TREE_MODULE = "sglang.kernels.ops.speculative.spec_tree"
+ALLOCATION_MODULE = "sglang.srt.mem_cache.allocation"
 
 # Executed from the wheel's file, unchanged (torch, triton and the standard library only, once
 # their sglang imports resolve as below).
@@ -84,14 +99,33 @@ REAL_MODULES = (
     "sglang.srt.speculative.standalone_worker_v2",
     "sglang.srt.model_executor.forward_context",
     "sglang.srt.utils.msgspec_utils",
+    # Each picks, at import, the sgl-kernel CPU op (`from sgl_kernel import ...`, only on "cpu") or
+    # the Triton kernel it launches elsewhere: tests/test_sglang_cpu_stand_ins.py runs both.
+    CACHE_MOVE_MODULE,
+    EAGLE_OPS_MODULE,
+    CACHE_LOCS_MODULE,
+    SPEC_TREE_MODULE,
+    ALLOCATION_MODULE,
 )
 
 # Module -> functions compiled from that module's real source text (the rest of the module is not
 # loadable here). Their globals: torch and the standard library.
 LIFTED: dict[str, tuple[str, ...]] = {
-    "sglang.srt.utils.common": ("fast_topk",),
+    "sglang.srt.utils.common": ("fast_topk", "next_power_of_2"),
     "sglang.srt.speculative.eagle_utils": ("per_step_draft_out_cache_loc",),
+    # the token chain of draft_forward off CUDA/ROCm (the CPU engine's path)
+    "sglang.srt.speculative.spec_utils": ("_select_top_k_tokens_first", "_select_top_k_tokens_later",
+                                          "select_top_k_tokens"),
 }
+# Globals a lifted function needs beyond torch, executed before it is compiled. The later-steps
+# selection is wrapped in `torch.compile(disable=_is_npu or _is_xpu)`: the children run with
+# TORCHDYNAMO_DISABLE=1, so it runs eagerly (compiling costs seconds and changes no result).
+LIFTED_GLOBALS: dict[str, str] = {
+    "sglang.srt.speculative.spec_utils": "from sglang.srt.utils.common import fast_topk\n_is_npu = _is_xpu = False",
+}
+# Package -> the lifted module whose lifted functions it re-exports (sglang/srt/utils/__init__.py:
+# `from sglang.srt.utils.common import *`; the kernels' modules import `next_power_of_2` from it).
+REEXPORTED: dict[str, str] = {"sglang.srt.utils": "sglang.srt.utils.common"}
 
 
 class PlaceholderUsed(RuntimeError):
@@ -166,9 +200,12 @@ def _download(into: Path) -> Path:
 
 def lift(path: Path, names: tuple[str, ...], namespace: dict[str, Any]) -> None:
     """Compile the top-level defs/classes `names` of `path` into `namespace` (their real text and
-    line numbers; tracebacks point into the wheel's file)."""
+    line numbers; tracebacks point into the wheel's file). A name `Class.method` compiles that
+    method as a plain function under its own name (for a class that cannot be built here)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        found.update({f"{cls.name}.{node.name}": node for node in cls.body if isinstance(node, ast.FunctionDef)})
     missing = [n for n in names if n not in found]
     if missing:
         raise LookupError(f"{path}: no top-level {', '.join(missing)}")
@@ -197,6 +234,14 @@ def _no_op(*_args: Any, **_kwargs: Any) -> None:
     return None
 
 
+class _InTreePlatform:
+    """`current_platform` of a platform built into SGLang (no out-of-tree plugin is registered)."""
+
+    @staticmethod
+    def is_out_of_tree() -> bool:
+        return False
+
+
 def _standins(platform: str, spec: Any, prepare_for_draft_extend: Callable[..., Any] | None) -> dict[str, dict[str, Any]]:
     """Module -> name -> object, with why each may stand in (it is not what the tests assert)."""
     probes = {f"is_{p}": (lambda p=p: p == platform) for p in _PLATFORMS}
@@ -217,6 +262,8 @@ def _standins(platform: str, spec: Any, prepare_for_draft_extend: Callable[..., 
         "sglang.srt.speculative.eagle_worker_common": {
             "prepare_for_draft_extend": prepare_for_draft_extend or (lambda *a, **k: _Namespace(args=a, kwargs=k))},
         "sglang.srt.speculative.eagle_info": {"EagleDraftExtendInput": _Namespace},
+        # The cache-loc wrappers first ask for an out-of-tree platform's own function: none here.
+        "sglang.srt.platforms": {"current_platform": _InTreePlatform()},
     }
 
 
@@ -290,10 +337,14 @@ class WheelFinder(importlib.abc.MetaPathFinder):
             module.__version__ = namespace["__version__"]  # type: ignore[attr-defined]
         if name in LIFTED:
             namespace = {"__name__": name}
-            exec("import torch", namespace)  # noqa: S102 - the lifted functions' only global
+            exec("import torch\n" + LIFTED_GLOBALS.get(name, ""), namespace)  # noqa: S102 - the lifted functions' globals
             lift(self._file(name), LIFTED[name], namespace)
             for attr in LIFTED[name]:
                 setattr(module, attr, namespace[attr])
+        if name in REEXPORTED:
+            source = importlib.import_module(REEXPORTED[name])
+            for attr in LIFTED[REEXPORTED[name]]:
+                setattr(module, attr, getattr(source, attr))
         for attr, value in self.standins.get(name, {}).items():
             setattr(module, attr, value)
         if self.loaded.get(name) == "placeholder":

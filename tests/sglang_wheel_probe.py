@@ -235,6 +235,8 @@ def main() -> int:
         "postprocess_is_real": worker_module.draft_topk1_postprocess is topk1.draft_topk1_postprocess,
         "argmax_only_is_real": worker_module.draft_topk1_argmax_only is topk1.draft_topk1_argmax_only,
         "method_patched": marker is not None,
+        # draft_forward is recompiled only where its inline (CPU) argmax is reached
+        "forward_patched": getattr(worker_module.EagleDraftWorker.draft_forward, "__harness_patch__", None) is not None,
         "standalone_shares_method": standalone.StandaloneDraftWorker._draft_extend_for_decode is method,
         "method_file": method.__code__.co_filename, "original_file": original.__code__.co_filename,
         "method_firstlineno": method.__code__.co_firstlineno, "original_firstlineno": original.__code__.co_firstlineno,

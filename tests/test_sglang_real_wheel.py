@@ -30,7 +30,7 @@ import sglang_wheel_probe as probe
 torch = pytest.importorskip("torch")
 
 TESTS_DIR = Path(__file__).resolve().parent
-PLATFORMS = ("cuda", "hip")
+PLATFORMS = ("cuda", "hip", "cpu")  # cpu: SGLang's CPU engine, whose draft_forward has an inline argmax
 CASES = [case["name"] for case in probe.make_cases()]
 
 
@@ -63,6 +63,7 @@ def child_env(patched: bool) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
     env["PYTHONNOUSERSITE"] = "1"
     env["TRITON_INTERPRET"] = "1"
+    env["TORCHDYNAMO_DISABLE"] = "1"  # torch.compile'd SGLang helpers run eagerly (sglang_wheel.LIFTED_GLOBALS)
     return env
 
 
@@ -114,7 +115,8 @@ def test_the_real_modules_run_and_every_other_sglang_module_is_accounted_for(pro
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_candidate_runs_the_real_kernels_and_no_softmax(probes, platform):
     result = probes[(platform, False)]
-    assert result["postprocess_is_real"] and result["argmax_only_is_real"] and not result["method_patched"]
+    assert result["postprocess_is_real"] and result["argmax_only_is_real"]
+    assert not result["method_patched"] and not result["forward_patched"]
     assert result["applied_env"] is None and "harness patch applied" not in result["stderr"]
     for case in CASES:
         forward, extend = result["cases"][case]["draft_forward"], result["cases"][case]["draft_extend_for_decode"]
@@ -134,6 +136,14 @@ def test_patch_applies_through_the_bootstrap_at_every_site(probes, platform):
                  "eagle_worker_v2.draft_topk1_argmax_only -> softmax + fast_topk",
                  "EagleDraftWorker._draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk"):
         assert site in applied[0]
+    # draft_forward's inline argmax is the CPU engine's; on CUDA and ROCm SGLang's own method stays
+    cpu_site = "EagleDraftWorker.draft_forward: inline torch.argmax -> softmax + fast_topk"
+    left = "EagleDraftWorker.draft_forward left as is (its inline argmax is not reached here: "
+    if platform == "cpu":
+        assert cpu_site in applied[0] and left not in applied[0]
+    else:
+        assert cpu_site not in applied[0] and f"{left}_is_{platform})" in applied[0]
+    assert result["forward_patched"] == (platform == "cpu")
     assert "(SGLang 0.5.23, layout 0.5.23," in applied[0]
     assert result["applied_env"] == "sglang_restore_topk1_softmax"
     assert not result["postprocess_is_real"] and not result["argmax_only_is_real"] and result["method_patched"]

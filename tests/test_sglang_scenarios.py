@@ -18,6 +18,8 @@ from harness.scenario import load_scenario, render_args, scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((REPO / "scenarios").glob("sglang_*.yaml"))
+CPU_SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"  # the real server on a CPU
+GPU_SCENARIOS = [p for p in SCENARIOS if p != CPU_SCENARIO]
 HELP_NAME = "sglang-0.5.23-launch-server-help.txt"
 ENGINE_ADDED_FLAGS = ("--model-path", "--speculative-draft-model-path", "--host", "--port")
 
@@ -55,6 +57,7 @@ def sglang_flags() -> set[str]:
 
 def test_sglang_scenarios_are_shipped():
     assert [p.name for p in SCENARIOS] == [
+        "sglang_cpu_tiny_eagle_topk1.yaml",
         "sglang_deepseek_v32_mtp_rocm_tp8.yaml",
         "sglang_kimi_k25_nvfp4_tp4_eagle3.yaml",
         "sglang_llama31_8b_eagle3_topk1.yaml",
@@ -74,7 +77,7 @@ def test_every_server_argument_exists_in_sglang_0_5_23(path, sglang_flags):
     assert not renamed, f"{path.name}: renamed in 0.5.23: {renamed}"
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", GPU_SCENARIOS, ids=lambda p: p.stem)
 def test_scenario_shape(path):
     scenario = load_scenario(path)
     assert scenario.engine == "sglang" and scenario.server.model_path
@@ -97,6 +100,26 @@ def test_scenario_shape(path):
     assert "python: /" in text and "pythonpath: [" in text and "harness patch applied" in text
 
 
+def test_cpu_scenario_shape():
+    scenario = load_scenario(CPU_SCENARIO)
+    args = scenario.server.args
+    assert scenario.engine == "sglang" and scenario.server.sglang_version == "0.5.23"
+    assert scenario.server.setup == "make sglang-cpu"
+    assert (args["--device"], args["--speculative-eagle-topk"], args["--sleep-on-idle"]) == ("cpu", 1, True)
+    assert args["--speculative-num-draft-tokens"] == args["--speculative-num-steps"] + 1
+    # the CPU shims in both arms, the restore patch in the baseline only; both arms SGLang's own venv
+    assert scenario.variants["baseline"].patches == ["harness.sglang_cpu.shims", RESTORE_TOPK1_SOFTMAX_PATCH]
+    assert scenario.variants["candidate"].patches == ["harness.sglang_cpu.shims"]
+    assert scenario.variants["baseline"].python == scenario.variants["candidate"].python == str(
+        REPO / ".sglang-cpu" / "venv" / "bin" / "python")
+    assert scenario.profile.activities == ["CPU"] and scenario.profile.with_stack  # spans and frames
+    assert scenario.trials.mode == "interleaved" and scenario.trials.launches_per_arm == 2
+    counted = {(c.region, c.pattern, tuple(c.variants)) for c in scenario.checks if c.kind == "kernel_count"}
+    assert {("DRAFT_DECODE", "softmax", ("candidate",)), ("DRAFT_EXTEND", "softmax", ("candidate",)),
+            ("DRAFT_DECODE", "softmax", ("baseline",)), ("DRAFT_DECODE", "argmax", ("candidate",))} <= counted
+    assert {"accept_length", "output_identity", "tpot_gain"} <= {c.kind for c in scenario.checks}
+
+
 def test_patch_module_named_by_the_scenarios_exists():
     spec = importlib.util.find_spec(RESTORE_TOPK1_SOFTMAX_PATCH)
     assert spec is not None and spec.origin and Path(spec.origin).is_file()
@@ -109,10 +132,11 @@ def test_build_command_argv_and_environment(path, tmp_path):
     profile_dir = tmp_path / "profile"
     for variant in ("baseline", "candidate"):
         command = build_server_command(scenario, variant, host="127.0.0.1", port=30123, profile_dir=profile_dir)
-        assert command == build_command(scenario, variant, host="127.0.0.1", port=30123, profile_dir=profile_dir)
+        engine_only = build_command(scenario, variant, host="127.0.0.1", port=30123, profile_dir=profile_dir)
+        assert (command.argv, command.env) == (engine_only.argv, engine_only.env)  # + server.cpus, resolved here
         draft = ["--speculative-draft-model-path", scenario.server.draft_model_path] if scenario.server.draft_model_path else []
         assert command.argv == [
-            sys.executable, "-m", LAUNCH_MODULE,
+            scenario.variants[variant].python or sys.executable, "-m", LAUNCH_MODULE,
             "--model-path", scenario.server.model_path,
             *draft,
             "--host", "127.0.0.1", "--port", "30123",
@@ -121,13 +145,15 @@ def test_build_command_argv_and_environment(path, tmp_path):
         pythonpath = command.env["PYTHONPATH"].split(os.pathsep)
         assert str(HARNESS_SOURCE_ROOT) in pythonpath
         assert command.env["SGLANG_TORCH_PROFILER_DIR"] == str(profile_dir)
-        if variant == "baseline":
-            assert command.env[PATCHES_ENV] == RESTORE_TOPK1_SOFTMAX_PATCH
+        patches = scenario.variants[variant].patches
+        if patches:
+            assert command.env[PATCHES_ENV] == ",".join(patches)
             # the bootstrap must come before the harness root and anything inherited
             assert pythonpath.index(str(PATCH_BOOTSTRAP_DIR)) < pythonpath.index(str(HARNESS_SOURCE_ROOT))
         else:
             assert PATCHES_ENV not in command.env
             assert str(PATCH_BOOTSTRAP_DIR) not in pythonpath
+        assert (RESTORE_TOPK1_SOFTMAX_PATCH in patches) == (variant == "baseline")
     assert "--speculative-eagle-topk 1" in command.shell()
 
 

@@ -18,6 +18,10 @@ in the server's own processes, before any CUDA graph is captured:
   two statements replaced by softmax + `fast_topk`. On ROCm it calls `draft_topk1_argmax_only`, a
   global rebound like the one above (off ROCm, where it is never called, a mismatch there is only
   reported in the applied line).
+- Off CUDA and ROCm (SGLang's CPU engine), `draft_forward` selects with an inline `torch.argmax` +
+  `torch.ones_like` instead of calling `draft_topk1_postprocess`: recompiled the same way. Where the
+  worker module says CUDA or ROCm (`_is_cuda`, `_is_hip`) that branch is never reached and the
+  method is left as it is, so the GPU path runs SGLang's own `draft_forward`.
 
 The draft-extend graph itself selects no tokens in 0.5.23 (row selection moved before lm_head),
 so nothing inside it needs restoring.
@@ -55,13 +59,13 @@ from __future__ import annotations
 
 import __future__
 import ast
-import importlib.abc
-import importlib.machinery
 import inspect
 import os
 import sys
 import types
 from typing import Any, Callable
+
+from harness.patches.import_hooks import after_import, refuse_import
 
 PATCH_NAME = "sglang_restore_topk1_softmax"
 APPLIED_ENV = "HARNESS_PATCHES_APPLIED"
@@ -96,9 +100,14 @@ SGLANG_LAYOUTS: dict[str, dict[str, Any]] = {
             },
         },
         # Methods whose inline `INDEX = torch.argmax(LOGITS, ...)` / `PROB = torch.ones_like(...)`
-        # pair is recompiled as softmax + fast_topk.
+        # pair is recompiled as softmax + fast_topk. `unused_when`: worker-module flags under which
+        # SGLang never reaches the site; then the method is left as it is (nothing to restore there).
         "inline_argmax": (
             {"method": "_draft_extend_for_decode", "index_var": "ret_topk_index", "prob_var": "ret_topk_p"},
+            # draft_forward off CUDA and ROCm (the CPU engine): `torch.argmax` instead of the
+            # Triton `draft_topk1_postprocess`, then positions + 1 as before
+            {"method": "draft_forward", "index_var": "topk_index", "prob_var": "topk_p",
+             "unused_when": ("_is_cuda", "_is_hip")},
         ),
         # Modules SGLang imports only when it selects a worker this patch cannot make a baseline of.
         "refused_modules": {
@@ -324,7 +333,14 @@ def apply_to_worker_module(module: types.ModuleType, layout_name: str) -> list[s
             if on_rocm or not spec.get("only_on_rocm"):
                 raise
             not_used_here.append(f"{module.__name__}.{name} left as is (ROCm only, not called here: {exc})")
-    methods = [_recompile_method(module, cls, spec) for spec in layout["inline_argmax"]]
+    methods = []
+    for spec in layout["inline_argmax"]:
+        flags = [flag for flag in spec.get("unused_when", ()) if module.__dict__.get(flag)]
+        if flags:
+            not_used_here.append(f"{module.__name__}.{cls.__name__}.{spec['method']} left as is (its inline "
+                                 f"argmax is not reached here: {' or '.join(flags)})")
+        else:
+            methods.append(_recompile_method(module, cls, spec))
     for name, replacement, _ in helpers:
         module.__dict__[name] = replacement
     for name, new_func, _ in methods:
@@ -364,84 +380,17 @@ def _apply_and_report(module: types.ModuleType, layout_name: str) -> None:
         os.environ[APPLIED_ENV] = ",".join([*done, PATCH_NAME])
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then the patch, before the importer sees the module."""
-
-    def __init__(self, loader: Any, after_exec: Callable[[types.ModuleType], None]):
-        self._loader = loader
-        self._after_exec = after_exec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        module.__dict__.pop(MARKER, None)  # importlib.reload re-executes into the same dict
-        self._loader.exec_module(module)
-        self._after_exec(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, resource readers, ...
-        return getattr(self._loader, name)
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds a module with the other finders and wraps its loader with the patch."""
-
-    def __init__(self, module_name: str, after_exec: Callable[[types.ModuleType], None], layout_name: str):
-        self.module_name = module_name
-        self.after_exec = after_exec
-        self.layout_name = layout_name
-
-    def find_spec(self, fullname: str, path: Any, target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.module_name:
-            return None
-        for finder in sys.meta_path:
-            if isinstance(finder, _PatchOnImport) or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            _fail(f"cannot hook the import of {fullname}: its loader {spec.loader!r} has no exec_module", self.layout_name)
-        spec.loader = _PatchingLoader(spec.loader, self.after_exec)
-        return spec
-
-
-class _RefuseOnImport(importlib.abc.MetaPathFinder):
-    """Ends the process when SGLang imports a module this patch cannot make a baseline of."""
-
-    def __init__(self, module_name: str, reason: str, layout_name: str):
-        self.module_name = module_name
-        self.reason = reason
-        self.layout_name = layout_name
-
-    def find_spec(self, fullname: str, path: Any, target: types.ModuleType | None = None) -> None:
-        if fullname == self.module_name:
-            _fail(f"{self.reason} (import of {fullname})", self.layout_name)
-        return None
-
-
 def install(layout_name: str | None = None) -> None:
     """Patch the worker module now if it is loaded, else when it is imported."""
     layout_name = layout_name or os.environ.get(LAYOUT_ENV) or DEFAULT_LAYOUT
     if layout_name not in SGLANG_LAYOUTS:
         raise HarnessPatchError(f"${LAYOUT_ENV}={layout_name!r} is not a known SGLang layout (known: {', '.join(SGLANG_LAYOUTS)})")
     layout = SGLANG_LAYOUTS[layout_name]
-    module_name = layout["worker_module"]
     for refused, reason in layout.get("refused_modules", {}).items():
         if refused in sys.modules:
             _fail(f"{reason} ({refused} already imported)", layout_name)
-        if not any(isinstance(f, _RefuseOnImport) and f.module_name == refused for f in sys.meta_path):
-            sys.meta_path.insert(0, _RefuseOnImport(refused, reason, layout_name))
-
-    def after_exec(module: types.ModuleType) -> None:
-        _apply_and_report(module, layout_name)
-
-    if module_name in sys.modules:
-        after_exec(sys.modules[module_name])
-    if not any(isinstance(f, _PatchOnImport) and f.module_name == module_name for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(module_name, after_exec, layout_name))
-
+        refuse_import(refused, lambda name, _reason=reason: _fail(f"{_reason} (import of {name})", layout_name))
+    after_import(layout["worker_module"], lambda module: _apply_and_report(module, layout_name),
+                 lambda message: _fail(message, layout_name), marker=MARKER)
 
 install()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.errors import HarnessInputError
 from harness.engines import HARNESS_SOURCE_ROOT, server_python, variant_environment
 from harness.scenario import Scenario
 
@@ -41,16 +42,22 @@ if spec is None or not spec.origin:
 else:
     pkg = os.path.dirname(spec.origin)
     info = {"path": pkg, "version": None, "commit": None}
-    try:
-        info["version"] = md.version("sglang")
-    except md.PackageNotFoundError:
-        pass
+    # The tree's own version first (the generated _version.py of a wheel or a built tree; a source
+    # tree on PYTHONPATH may shadow an installed distribution of another version), then the
+    # installed distribution's, then version.py's literal.
+    for name in ("_version.py", "version.py"):
+        try:
+            text = open(os.path.join(pkg, name), encoding="utf-8").read()
+        except OSError:
+            continue
+        m = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)", text, re.M)
+        if m:
+            info["version"] = m.group(1)
+            break
     if info["version"] is None:
         try:
-            text = open(os.path.join(pkg, "version.py"), encoding="utf-8").read()
-            m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
-            info["version"] = m.group(1) if m else None
-        except OSError:
+            info["version"] = md.version("sglang")
+        except md.PackageNotFoundError:
             pass
     try:
         r = subprocess.run(["git", "-C", pkg, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
@@ -159,3 +166,27 @@ def collect_environment(scenario: Scenario, *, variants: list[str] | None = None
         "engine": scenario.engine,
         "variants": per_variant,
     }
+
+
+def require_engine(scenario: Scenario, environment: dict[str, Any]) -> None:
+    """Before any server starts: every variant's interpreter runs and, for `engine: sglang`, has SGLang
+    (of `server.sglang_version` where given). Otherwise one HarnessInputError line, with
+    `server.setup` (how to install it) where the scenario gives one."""
+    hint = f" (set it up with: {scenario.server.setup})" if scenario.server.setup else ""
+    for name, facts in environment["variants"].items():
+        python = facts.get("executable") or server_python(scenario, name)
+        where = f"variants.{name}.python" if scenario.variants[name].python else f"variants.{name}: the harness's interpreter"
+        if "error" in facts:
+            missing = not os.path.exists(python) if os.sep in python else shutil.which(python) is None
+            problem = "does not exist" if missing else f"cannot run ({facts['error']})"
+            raise HarnessInputError(f"scenario {scenario.name}: {where}: {python} {problem}{hint}")
+        if scenario.engine != "sglang":
+            continue
+        sglang = facts.get("sglang")
+        if sglang is None:
+            raise HarnessInputError(f"scenario {scenario.name}: variants.{name}: SGLang is not installed for {python}{hint}")
+        wanted = scenario.server.sglang_version
+        if wanted is not None and sglang.get("version") != wanted:
+            raise HarnessInputError(
+                f"scenario {scenario.name}: variants.{name}: SGLang {sglang.get('version') or '(version unknown)'} "
+                f"at {sglang['path']}, but server.sglang_version is {wanted}{hint}")

@@ -31,7 +31,7 @@ import httpx
 
 from harness.engines import ServerCommand, build_server_command, keep_off_cpus, server_cpus
 from harness.errors import EXIT_INCONCLUSIVE
-from harness.run.environment import collect_environment
+from harness.run.environment import collect_environment, require_engine
 from harness.run.plan import (
     Launch,
     Plan,
@@ -886,8 +886,12 @@ def run_scenario(
                        commands=commands, launches=plan.launches, mode=plan.mode)
     if dry_run:
         return result
+    # Each variant's interpreter, asked once: recorded in environment.json, and checked before any
+    # server starts (a missing SGLang, or the wrong version, is bad input: exit 2, not a failed launch).
+    environment = collect_environment(scenario, variants=sorted({t.config for t in plan.trials}))
+    require_engine(scenario, environment)
     run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host, port=port,
-               run_dir=run_dir)
+               run_dir=run_dir, environment=environment)
     with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)):
         # Interrupts raise only inside `interrupts_allowed()`: the bookkeeping around it always runs.
         with interrupts_held():
@@ -911,9 +915,10 @@ class _Run:
 
     def __init__(self, scenario: Scenario, scenario_dir: Path, plan: Plan, result: RunResult, *,
                  progress: RunProgress, out_root: Path, aa: bool, host: str, port: int | None,
-                 run_dir: Path | None = None):
+                 environment: dict[str, Any], run_dir: Path | None = None):
         self.scenario, self.scenario_dir, self.plan, self.result = scenario, scenario_dir, plan, result
         self.given_run_dir = run_dir
+        self.environment = environment
         self.progress, self.out_root, self.aa, self.host, self.port = progress, out_root, aa, host, port
         self.started = time.monotonic()
         self.run_file: _JsonFile | None = None
@@ -944,8 +949,7 @@ class _Run:
             update_latest_link(run_dir, latest_link_path(self.out_root))
         self.progress.run_started(run_dir, plan.trials)
         self.launches = _Launches(scenario, self.scenario_dir, run_dir, plan, self.progress, self.host, self.port)
-        environment = collect_environment(scenario, variants=sorted({t.config for t in plan.trials}))
-        write_json(run_dir / "environment.json", environment)
+        write_json(run_dir / "environment.json", self.environment)
         for position, trial in enumerate(plan.trials):
             try:
                 server = self.launches.serving(trial)

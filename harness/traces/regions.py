@@ -38,6 +38,12 @@ NO_REGION = "(none)"
 # name -> regex, in priority order. Stage spans first (they are the only thing that tells the
 # 0.5.23 draft-extend forward from a draft-decode forward), then stack frames, then step labels.
 DEFAULT_SGLANG_REGIONS: tuple[tuple[str, str], ...] = (
+    # The draft extend after a prefill (with_stack), before the stage spans: 0.5.23 opens the same
+    # `draft_extend` span around it as around the decode cycle's, and it keeps its softmax in every
+    # variant (the first draft token's selection). Without with_stack only the graph-launch unit
+    # tells the two apart (the prefill's runs eagerly); on a CPU trace, where spans are the unit,
+    # give with_stack.
+    (PREFILL, r"eagle_worker(?:_v2)?\.py\(\d+\): _draft_extend_for_prefill$"),
     # 0.5.23 stage spans of forward_batch_generation
     (DRAFT_EXTEND, r"^draft_extend$"),
     (DRAFT_DECODE, r"^draft$"),
@@ -49,7 +55,6 @@ DEFAULT_SGLANG_REGIONS: tuple[tuple[str, str], ...] = (
     # EAGLE worker methods (with_stack): the eager draft-extend token selection runs after the
     # forward, outside its step[...] span
     (DRAFT_EXTEND, r"eagle_worker(?:_v2)?\.py\(\d+\): _draft_extend_for_decode$"),
-    (PREFILL, r"eagle_worker(?:_v2)?\.py\(\d+\): _draft_extend_for_prefill$"),
     (DRAFT_DECODE, r"eagle_worker(?:_v2)?\.py\(\d+\): draft_forward$"),
     # ModelRunner.forward spans before 0.5.23 (and the micro engine's)
     (DRAFT_EXTEND, r"^step\[DRAFT_EXTEND(?:_V2)? bs=\d+\]"),

@@ -1,0 +1,130 @@
+"""The real SGLang server on this CPU, run again and again: how often the scenario ends PASS, how long
+a run and a server start take, and the figures behind each verdict.
+
+Runs `harness run scenarios/sglang_cpu_tiny_eagle_topk1.yaml` N times (each its own run directory
+under --out), and with --planted once more as a known failure (the baseline patch in both arms:
+must end FAIL on the kernel rule). Per run: verdict and exit code, wall time, each server launch's
+start-up time, the TPOT ratio with its interval and df, the block-to-block sd, accept length. Each
+run's figures are saved as soon as it ends (--result); the summary is printed at the end.
+Needs `make sglang-cpu`. Measure on a machine doing nothing else.
+
+    .venv/bin/python benchmarks/sglang_cpu_runs.py --runs 10 --planted --result benchmarks/sglang_cpu_runs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from harness.scenario import load_scenario, scenario_to_yaml  # noqa: E402
+from harness.sglang_cpu.install import is_current  # noqa: E402
+
+SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"
+INSTALL = REPO / ".sglang-cpu"
+
+
+def bad_input(message: str) -> SystemExit:
+    print(message, file=sys.stderr)
+    return SystemExit(2)
+
+
+def planted_scenario(out: Path) -> Path:
+    """The scenario with the baseline's patches in the candidate too: softmax in both arms."""
+    data = yaml.safe_load(scenario_to_yaml(load_scenario(SCENARIO)))
+    data["name"] = "sglang_cpu_planted_softmax_in_both"
+    data["variants"]["candidate"]["patches"] = data["variants"]["baseline"]["patches"]
+    path = out / "planted.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_once(scenario: Path, out: Path) -> dict[str, Any]:
+    before = set(out.iterdir()) if out.exists() else set()
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", "run", str(scenario), "--out", str(out),
+                           "--no-progress"], cwd=REPO, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    new = [p for p in out.iterdir() if p.is_dir() and p not in before and p.name != "latest"]
+    row: dict[str, Any] = {"exit_code": proc.returncode, "command_wall_s": round(wall, 1)}
+    if len(new) != 1:
+        row["error"] = (proc.stderr.strip().splitlines() or ["no run directory"])[-1]
+        return row
+    run_dir = new[0]
+    row["run_dir"] = str(run_dir)
+    results = json.loads((run_dir / "results.json").read_text())
+    run = json.loads((run_dir / "run.json").read_text())
+    row.update(verdict=results["verdict"], run_wall_s=run.get("wall_s"), measured_s=run.get("measured_s"),
+               rules={r["name"]: r["verdict"] for r in results["rules"]})
+    row["startup_s"] = sorted(json.loads(p.read_text()).get("startup_s") or 0
+                              for p in (run_dir / "launches").glob("*/launch.json"))
+    tpot = next((r for r in results["rules"] if r["kind"] == "tpot_gain"), None)
+    if tpot is not None:
+        n = tpot["numbers"]
+        nested = n.get("nested") or {}
+        row["tpot"] = {"ratio": n.get("ratio"), "ci_low": n.get("ci_low"), "ci_high": n.get("ci_high"),
+                       "df": nested.get("df"), "block_sd": nested.get("sd_block"), "launch_sd": nested.get("sd_launch"),
+                       "launches_pooled": nested.get("pooled")}
+        row["tpot_reason"] = tpot["reason"]
+    row["accept_length"] = {v: statistics.median(results["variants"][v]["accept_length"] or [0])
+                            for v in ("baseline", "candidate")}
+    row["failing"] = {r["name"]: r["reason"] for r in results["rules"] if r["verdict"] != "PASS"}
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--planted", action="store_true", help="one more run with softmax planted in both arms")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/harness-sglang-cpu-runs"))
+    parser.add_argument("--result", type=Path, help="JSON file for the figures (written after every run)")
+    args = parser.parse_args()
+    if args.runs < 0:
+        raise bad_input("--runs: expected 0 or more")
+    if not is_current(INSTALL):
+        raise bad_input(f"{INSTALL} is missing or out of date: run `make sglang-cpu` first")
+    args.out.mkdir(parents=True, exist_ok=True)
+    document: dict[str, Any] = {"scenario": str(SCENARIO.relative_to(REPO)), "host": platform.node(),
+                                "machine": platform.machine(), "python": platform.python_version(),
+                                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": [], "planted": None}
+    jobs = [("run", SCENARIO)] * args.runs + ([("planted", planted_scenario(args.out))] if args.planted else [])
+    for i, (kind, scenario) in enumerate(jobs, 1):
+        row = run_once(scenario, args.out)
+        if kind == "planted":
+            document["planted"] = row
+        else:
+            document["runs"].append(row)
+        tpot = row.get("tpot") or {}
+        print(f"[{i}/{len(jobs)}] {kind}: {row.get('verdict', row.get('error'))} (exit {row['exit_code']}) "
+              f"wall {row.get('run_wall_s')} s, starts {row.get('startup_s')}, TPOT {tpot.get('ratio')} "
+              f"[{tpot.get('ci_low')}, {tpot.get('ci_high')}] df {tpot.get('df')}", flush=True)
+        if args.result:
+            args.result.write_text(json.dumps(document, indent=2) + "\n")
+    runs = document["runs"]
+    if runs:
+        passed = sum(1 for r in runs if r.get("verdict") == "PASS")
+        walls = [r["run_wall_s"] for r in runs if r.get("run_wall_s")]
+        starts = [s for r in runs for s in r.get("startup_s", [])]
+        ratios = [r["tpot"]["ratio"] for r in runs if r.get("tpot", {}).get("ratio")]
+        print(f"PASS {passed}/{len(runs)}; run wall {min(walls):.0f}-{max(walls):.0f} s (median {statistics.median(walls):.0f}); "
+              f"server start {min(starts):.0f}-{max(starts):.0f} s (median {statistics.median(starts):.0f}); "
+              f"TPOT ratio {min(ratios):.3f}-{max(ratios):.3f}")
+    if document["planted"]:
+        planted = document["planted"]
+        print(f"planted: {planted.get('verdict')} (exit {planted['exit_code']}); failing: {sorted(planted.get('failing', {}))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

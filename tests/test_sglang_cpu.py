@@ -1,0 +1,332 @@
+"""The real SGLang 0.5.23 server on this CPU: scenarios/sglang_cpu_tiny_eagle_topk1.yaml, end to end.
+
+Tests marked `real_sglang` start the real `python -m sglang.launch_server` from the environment
+`make sglang-cpu` builds (.sglang-cpu/): they skip without it, and fail without it where
+HARNESS_REQUIRE_SGLANG_CPU is set (.ci/run sets it, so CI runs them every time). The others check
+what needs no SGLang: bad input (no install, another version), the scenario's relative paths, the
+CPU shims' own guards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.engines import HARNESS_SOURCE_ROOT
+from harness.run.execute import RunProgress, run_scenario
+from harness.scenario import load_scenario, scenario_to_yaml
+from harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR
+from harness.sglang_cpu.install import is_current, read_stamp, venv_python
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"
+INSTALL = REPO / ".sglang-cpu"
+REQUIRED_ENV = "HARNESS_REQUIRE_SGLANG_CPU"
+STEPS = 5  # --speculative-num-steps of the scenario: draft_forward selects STEPS - 1 times
+
+
+def harness_cli(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed() -> Path:
+    if not is_current(INSTALL):
+        why = f"{INSTALL} is missing or out of date: run `make sglang-cpu`"
+        if os.environ.get(REQUIRED_ENV):
+            pytest.fail(why)
+        pytest.skip(why)
+    return INSTALL
+
+
+def the_run_dir(out: Path) -> Path:
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.is_symlink()]  # not `latest`
+    return run_dir
+
+
+def rule(results: dict, name: str) -> dict:
+    return next(r for r in results["rules"] if r["name"] == name)
+
+
+def region_row(analysis: dict, variant: str, region: str, pattern: str) -> dict:
+    (trial,) = [t for t in analysis["trials"] if t.endswith(f"-{variant}-profiled")]
+    (facts,) = analysis["trials"][trial]["files"]
+    return facts["regions"][region]["counts"][pattern]
+
+
+def derived_scenario(tmp_path: Path, name: str, edit: Callable[[dict], None]) -> Path:
+    """The shipped scenario as resolved (its paths absolute), renamed and changed by `edit(data)`."""
+    data = yaml.safe_load(scenario_to_yaml(load_scenario(SCENARIO)))
+    data["name"] = name
+    edit(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def smaller(data: dict, *, repetitions: int) -> None:
+    data["trials"].update(launches=1, repetitions=repetitions)
+
+
+# ---- the shipped scenario on the real server ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scenario_run(installed, tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("sglang-cpu-runs")
+    proc = harness_cli("run", str(SCENARIO), "--out", str(out), "--no-progress")
+    return proc, the_run_dir(out)
+
+
+@pytest.mark.real_sglang
+def test_the_scenario_passes_on_the_real_server(scenario_run):
+    proc, run_dir = scenario_run
+    results = json.loads((run_dir / "results.json").read_text())
+    failing = {r["name"]: r["reason"] for r in results["rules"] if r["verdict"] != "PASS"}
+    assert proc.returncode == 0 and results["verdict"] == "PASS", (failing, proc.stdout[-3000:], proc.stderr[-3000:])
+    assert set(failing) == set()
+    # every variant ran SGLang's own interpreter, of the pinned version
+    environment = json.loads((run_dir / "environment.json").read_text())
+    for variant in ("baseline", "candidate"):
+        facts = environment["variants"][variant]
+        assert facts["sglang"]["version"] == SGLANG_VERSION
+        assert facts["executable"] == str(venv_python(INSTALL))
+
+
+@pytest.mark.real_sglang
+def test_softmax_and_argmax_are_counted_exactly_in_sglangs_own_spans(scenario_run):
+    _, run_dir = scenario_run
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    # draft_forward selects once per step after the first, the draft extend once, per span
+    for variant, softmax, argmax in (("baseline", (STEPS - 1, 1), (0, 0)), ("candidate", (0, 0), (STEPS - 1, 1))):
+        for region, want_softmax, want_argmax in (("DRAFT_DECODE", softmax[0], argmax[0]),
+                                                 ("DRAFT_EXTEND", softmax[1], argmax[1])):
+            for pattern, want in (("softmax", want_softmax), ("argmax", want_argmax)):
+                row = region_row(analysis, variant, region, pattern)
+                assert row["unit"] == "span" and row["replays"] > 0, (variant, region)
+                assert (row["per_replay_min"], row["per_replay_max"]) == (want, want), (variant, region, pattern, row)
+        # the prefill's draft extend (its own `draft_extend` span in 0.5.23) keeps its softmax in
+        # both variants: the table's PREFILL rule (with_stack) takes it out of DRAFT_EXTEND
+        prefill = region_row(analysis, variant, "PREFILL", "softmax")
+        assert prefill["replays"] > 0 and prefill["per_replay_min"] == prefill["per_replay_max"] == 1
+        assert region_row(analysis, variant, "TARGET_VERIFY", "softmax")["total"] == 0
+
+
+@pytest.mark.real_sglang
+def test_the_patch_and_the_shims_are_in_every_server_and_only_where_named(scenario_run):
+    _, run_dir = scenario_run
+    logs = {p.parent.name: p.read_text(errors="replace") for p in (run_dir / "launches").glob("*/server.log")}
+    assert len(logs) == 4
+    for name, log in logs.items():
+        # launcher, scheduler and detokenizer each import the shims (the bootstrap's sitecustomize)
+        assert log.count("harness sglang_cpu shims: sgl_kernel stand-ins from") >= 3, name
+        applied = [line for line in log.splitlines() if line.startswith("harness patch applied:")]
+        if "baseline" in name:
+            assert len(applied) == 1, name  # the scheduler, the one process that imports the worker
+            assert "EagleDraftWorker.draft_forward: inline torch.argmax -> softmax + fast_topk" in applied[0]
+            assert "EagleDraftWorker._draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk" in applied[0]
+        else:
+            assert applied == [], name
+
+
+@pytest.mark.real_sglang
+def test_accept_length_comes_from_meta_info_and_outputs_match(scenario_run):
+    _, run_dir = scenario_run
+    results = json.loads((run_dir / "results.json").read_text())
+    for variant in ("baseline", "candidate"):
+        lengths = results["variants"][variant]["accept_length"]
+        assert len(lengths) == 12 and min(lengths) >= 2.0, lengths
+    records = [json.loads(line) for p in (run_dir / "trials").glob("*-timed/requests.jsonl")
+               for line in p.read_text().splitlines()]
+    assert records and all(r["spec_verify_ct"] and r["completion_tokens"] == 96 for r in records)
+    assert rule(results, "greedy_outputs_identical")["verdict"] == "PASS"
+
+
+# ---- known failures ------------------------------------------------------------------------------
+
+
+@pytest.mark.real_sglang
+def test_the_baseline_patch_in_both_arms_fails_on_the_kernel_rule(installed, tmp_path):
+    def plant(data: dict) -> None:
+        data["variants"]["candidate"]["patches"] = data["variants"]["baseline"]["patches"]
+        smaller(data, repetitions=2)
+
+    path = derived_scenario(tmp_path, "planted_softmax_in_both", plant)
+    proc = harness_cli("run", str(path), "--out", str(tmp_path / "runs"), "--no-progress")
+    run_dir = the_run_dir(tmp_path / "runs")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert proc.returncode == 1 and results["verdict"] == "FAIL", proc.stdout[-3000:]
+    decode = rule(results, "candidate_no_softmax_draft_decode")
+    assert decode["verdict"] == "FAIL"
+    assert f"softmax in DRAFT_DECODE per replay = {STEPS - 1}..{STEPS - 1}, expected == 0" in decode["reason"]
+    assert rule(results, "candidate_no_softmax_draft_extend")["verdict"] == "FAIL"
+    assert rule(results, "candidate_argmax_draft_decode")["verdict"] == "INCONCLUSIVE"  # no argmax at all
+    for name in ("baseline_has_softmax_draft_decode", "baseline_has_softmax_draft_extend", "greedy_outputs_identical"):
+        assert rule(results, name)["verdict"] == "PASS", name
+
+
+class _KillSchedulerAt(RunProgress):
+    """Kills the scheduler process (where the model runs) of the server serving `variant`'s `nth` timed
+    block, as the block starts: SGLang's launcher then takes its whole server down."""
+
+    def __init__(self, variant: str, nth: int):
+        self.variant, self.nth, self.seen = variant, nth, 0
+        self.servers: dict[str, int] = {}
+        self.killed: int | None = None
+
+    def launch_ready(self, launch, info) -> None:
+        self.servers[launch.arm] = info["server_pid"]
+
+    def trial_started(self, trial, total_requests) -> None:
+        if trial.variant != self.variant or trial.kind != "timed":
+            return
+        self.seen += 1
+        if self.seen == self.nth:
+            parent = self.servers[self.variant]
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    fields = stat.read_text().rsplit(")", 1)[1].split()
+                    cmdline = (stat.parent / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if int(fields[1]) == parent and cmdline.startswith(b"sglang::scheduler"):
+                    os.kill(int(stat.parent.name), signal.SIGKILL)
+                    self.killed = int(stat.parent.name)
+
+
+@pytest.mark.real_sglang
+def test_a_server_that_dies_mid_run_is_inconclusive_and_its_log_is_kept(installed, tmp_path):
+    path = derived_scenario(tmp_path, "scheduler_killed", lambda data: smaller(data, repetitions=3))
+    progress = _KillSchedulerAt("candidate", 2)
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs", progress=progress)
+    assert progress.killed is not None
+    assert result.status == "incomplete" and result.exit_code == 3
+    assert "failed" in result.error and "candidate" in result.error
+    proc = harness_cli("check", str(result.run_dir))
+    assert proc.returncode == 3, proc.stdout
+    results = json.loads((result.run_dir / "results.json").read_text())
+    assert results["verdict"] == "INCONCLUSIVE" and rule(results, "run_complete")["verdict"] == "INCONCLUSIVE"
+    # what was measured before stays; the dead server's log says how it ended
+    done = [json.loads(p.read_text()) for p in (result.run_dir / "trials").glob("*/trial.json")]
+    assert sum(1 for t in done if t["status"] == "ok") >= 2
+    (log,) = (result.run_dir / "launches").glob("*candidate*/server.log")
+    text = log.read_text(errors="replace")
+    assert f"Subprocess scheduler_0 (pid={progress.killed}) crashed with exit code -9" in text
+
+
+# ---- the tiny models ------------------------------------------------------------------------------
+
+
+@pytest.mark.real_sglang
+def test_the_tiny_models_are_the_same_bytes_on_every_build(installed, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(HARNESS_SOURCE_ROOT)}
+    proc = subprocess.run([str(venv_python(installed)), "-m", "harness.sglang_cpu.tiny_models", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rebuilt = json.loads((tmp_path / "models.json").read_text())
+    shipped = json.loads((installed / "models" / "models.json").read_text())
+    assert rebuilt["sha256"] == shipped["sha256"] and len(rebuilt["sha256"]) == 2
+    assert rebuilt["agreement"] == shipped["agreement"] == read_stamp(installed)["models"]["agreement"]
+    assert rebuilt["agreement"] > 0.7  # what makes accept lengths well above 1
+
+
+# ---- bad input, before any server starts (no SGLang needed) --------------------------------------
+
+
+def test_a_missing_install_is_one_line_naming_the_setup(tmp_path):
+    (tmp_path / "scenarios").mkdir()
+    copy = tmp_path / "scenarios" / SCENARIO.name
+    copy.write_text(SCENARIO.read_text())  # ../.sglang-cpu now points into tmp_path, where nothing is
+    proc = harness_cli("run", str(copy), "--out", str(tmp_path / "runs"), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    python = tmp_path / ".sglang-cpu" / "venv" / "bin" / "python"
+    assert lines[0] == f"harness run: {copy}: variants.baseline.python: {python} does not exist (set it up with: make sglang-cpu)"
+    assert not (tmp_path / "runs").exists()  # nothing started, no run directory
+
+
+def test_an_interpreter_without_sglang_is_one_line(tmp_path):
+    def harness_python(data: dict) -> None:
+        for variant in data["variants"].values():
+            variant["python"] = sys.executable
+
+    path = derived_scenario(tmp_path, "no_sglang_here", harness_python)
+    proc = harness_cli("run", str(path), "--out", str(tmp_path / "runs"), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (f"harness run: {path}: variants.baseline: SGLang is not installed "
+                                   f"for {sys.executable} (set it up with: make sglang-cpu)")
+
+
+def test_another_sglang_version_is_one_line(tmp_path):
+    fake = tmp_path / "src" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('never imported by the check')\n")
+    (fake / "_version.py").write_text("__version__ = version = '0.5.22'\n")
+    def older_sglang(data: dict) -> None:
+        for variant in data["variants"].values():
+            variant.update(python=sys.executable, pythonpath=[str(tmp_path / "src")])
+
+    path = derived_scenario(tmp_path, "old_sglang", older_sglang)
+    proc = harness_cli("run", str(path), "--out", str(tmp_path / "runs"), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (f"harness run: {path}: variants.baseline: SGLang 0.5.22 at {fake}, but "
+                                   f"server.sglang_version is 0.5.23 (set it up with: make sglang-cpu)")
+
+
+def test_the_scenarios_relative_paths_are_its_own(tmp_path):
+    scenario = load_scenario(SCENARIO)
+    assert scenario.server.model_path == str(REPO / ".sglang-cpu" / "models" / "target")
+    assert scenario.variants["baseline"].python == str(REPO / ".sglang-cpu" / "venv" / "bin" / "python")
+    # normalised, not resolved: a venv's interpreter is a symlink that must stay one
+    link = tmp_path / "venv" / "bin" / "python"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(sys.executable)
+    (tmp_path / "s").mkdir()
+    def relative(data: dict) -> None:
+        data["variants"]["baseline"].update(python="../venv/bin/python", pythonpath=["./src", "/abs/src", "plain/src"])
+        data["server"].update(model_path="org/model-on-a-hub", draft_model_path="./draft")
+
+    path = derived_scenario(tmp_path / "s", "relative", relative)
+    loaded = load_scenario(path)
+    assert loaded.variants["baseline"].python == str(link)
+    assert loaded.variants["baseline"].pythonpath == [str(tmp_path / "s" / "src"), "/abs/src", "plain/src"]
+    assert loaded.server.model_path == "org/model-on-a-hub" and loaded.server.draft_model_path == str(tmp_path / "s" / "draft")
+
+
+# ---- the CPU shims' own guards --------------------------------------------------------------------
+
+
+def _with_shims(code: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(HARNESS_SOURCE_ROOT)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_the_shims_refuse_a_machine_with_a_gpu():
+    proc = _with_shims("import torch\ntorch.cuda.is_available = lambda: True\nimport harness.sglang_cpu.shims\nprint('ran')")
+    assert proc.returncode == 70 and "ran" not in proc.stdout
+    assert proc.stderr.strip().startswith("harness patch failed: sglang_cpu_shims: torch sees a GPU here")
+
+
+def test_the_shims_put_the_stand_ins_first_and_unknown_ops_raise_when_called():
+    proc = _with_shims(
+        "import harness.sglang_cpu.shims, sgl_kernel, torch\n"
+        "print(sgl_kernel.__file__)\n"
+        "print(torch.ops.sgl_kernel.decode_attention_cpu.__name__)\n"
+        "op = sgl_kernel.fused_moe_cpu\n"
+        "try:\n    op()\nexcept NotImplementedError as exc:\n    print(exc)\n")
+    assert proc.returncode == 0, proc.stderr
+    file, attention, error = proc.stdout.strip().splitlines()
+    assert file == str(STAND_INS_DIR / "sgl_kernel" / "__init__.py")
+    assert attention == "decode_attention_cpu"
+    assert "op 'fused_moe_cpu' is not implemented" in error
+    assert "harness sglang_cpu shims: sgl_kernel stand-ins from" in proc.stderr
