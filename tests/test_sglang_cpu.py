@@ -92,8 +92,13 @@ def test_the_scenario_passes_on_the_real_server(scenario_run):
     proc, run_dir = scenario_run
     results = json.loads((run_dir / "results.json").read_text())
     failing = {r["name"]: r["reason"] for r in results["rules"] if r["verdict"] != "PASS"}
-    assert proc.returncode == 0 and results["verdict"] == "PASS", (failing, proc.stdout[-3000:], proc.stderr[-3000:])
-    assert set(failing) == set()
+    # Every rule but the TPOT one is exact and must PASS. The TPOT rule is a statistical verdict:
+    # PASS in most runs (benchmarks/README.md gives the rate), INCONCLUSIVE when the interval still
+    # straddles 1; never FAIL, and the candidate must come out faster.
+    tpot = rule(results, "tpot_improved")
+    assert set(failing) <= {"tpot_improved"}, (failing, proc.stdout[-3000:], proc.stderr[-3000:])
+    assert tpot["verdict"] in ("PASS", "INCONCLUSIVE") and tpot["numbers"]["ratio"] < 1, tpot["reason"]
+    assert (proc.returncode, results["verdict"]) == ((0, "PASS") if not failing else (3, "INCONCLUSIVE"))
     # every variant ran SGLang's own interpreter, of the pinned version
     environment = json.loads((run_dir / "environment.json").read_text())
     for variant in ("baseline", "candidate"):
@@ -125,7 +130,7 @@ def test_softmax_and_argmax_are_counted_exactly_in_sglangs_own_spans(scenario_ru
 def test_the_patch_and_the_shims_are_in_every_server_and_only_where_named(scenario_run):
     _, run_dir = scenario_run
     logs = {p.parent.name: p.read_text(errors="replace") for p in (run_dir / "launches").glob("*/server.log")}
-    assert len(logs) == 4
+    assert len(logs) == 6  # three launches per arm
     for name, log in logs.items():
         # launcher, scheduler and detokenizer each import the shims (the bootstrap's sitecustomize)
         assert log.count("harness sglang_cpu shims: sgl_kernel stand-ins from") >= 3, name
@@ -144,7 +149,7 @@ def test_accept_length_comes_from_meta_info_and_outputs_match(scenario_run):
     results = json.loads((run_dir / "results.json").read_text())
     for variant in ("baseline", "candidate"):
         lengths = results["variants"][variant]["accept_length"]
-        assert len(lengths) == 12 and min(lengths) >= 2.0, lengths
+        assert len(lengths) == 18 and min(lengths) >= 2.0, lengths
     records = [json.loads(line) for p in (run_dir / "trials").glob("*-timed/requests.jsonl")
                for line in p.read_text().splitlines()]
     assert records and all(r["spec_verify_ct"] and r["completion_tokens"] == 96 for r in records)
