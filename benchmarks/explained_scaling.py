@@ -7,7 +7,7 @@ delay per cycle) and of any `harness run` directories given after it (against th
 import json, sys, statistics
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.rundir import load_run_dir
+from harness.rundir import RunDir, load_run_dir
 from harness.traces.analysis import analyze_traces
 from harness.verdict import rules
 
@@ -17,9 +17,9 @@ def fresh_files(run, trial):
     key = str(trial.dir)
     if key not in cache:
         paths = sorted((trial.dir / "profile").glob("*.trace.json*"))
-        cache[key] = [f.model_dump(mode="json") for f in analyze_traces(paths).files] if paths else []
+        cache[key] = list(analyze_traces(paths).files) if paths else []
     return cache[key]
-rules.analysis_files = fresh_files
+RunDir.analysis_files = fresh_files
 
 def both(path):
     run = load_run_dir(path)

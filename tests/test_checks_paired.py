@@ -3,6 +3,7 @@ unpaired rule when too few complete pairs exist."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -43,7 +44,7 @@ def test_drifting_run_with_a_real_gain_passes_paired(tmp_path):
     # The unpaired rule cannot resolve the same data: the drift swamps the gain.
     unpaired = stats.tpot_gain_decision(base, cand, min_gain=0.01, resamples=2000)
     assert unpaired.verdict == "INCONCLUSIVE"
-    json.dumps(rule.to_dict(), allow_nan=False)
+    json.dumps(dataclasses.asdict(rule), allow_nan=False)
 
 
 def test_too_few_pairs_falls_back_to_unpaired_and_says_so(tmp_path):

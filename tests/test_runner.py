@@ -25,7 +25,18 @@ from harness.engines import keep_off_cpus, server_cpus
 from harness.run.execute import run_scenario
 from harness.scenario import load_scenario
 from harness.run.server import live_server_pids
-from harness.rundir import load_run_dir
+from harness.rundir import (
+    AnalysisRecord,
+    EnvironmentRecord,
+    LaunchRecord,
+    RunRecord,
+    TrialRecord,
+    load_run_dir,
+    read_record,
+    read_requests as read_request_rows,
+    record_json,
+    request_line,
+)
 from harness.verdict.rules import evaluate_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,6 +176,33 @@ def test_full_run_traces_and_analysis(full_run):
     for name in ("02-baseline-timed", "03-candidate-timed"):
         assert read_json(run_dir / "trials" / name / "trial.json")["traces"] == []
         assert not (run_dir / "trials" / name / "profile").exists()
+
+
+def assert_records_read_back_as_written(run_dir: Path) -> None:
+    """Every record the run wrote reads back through its model (harness.rundir.models) and is
+    written again byte for byte: one model for the writer and the readers, nothing lost or reordered."""
+    models = {"run.json": RunRecord, "analysis.json": AnalysisRecord, "environment.json": EnvironmentRecord}
+    models |= {str(p.relative_to(run_dir)): TrialRecord for p in run_dir.glob("trials/*/trial.json")}
+    models |= {str(p.relative_to(run_dir)): LaunchRecord for p in run_dir.glob("launches/*/launch.json")}
+    for name, model in models.items():
+        assert record_json(read_record(run_dir / name, model)) == (run_dir / name).read_text(), name
+    for path in run_dir.glob("*/*/requests.jsonl"):
+        assert "".join(request_line(row) for row in read_request_rows(path)) == path.read_text(), path
+
+
+def test_full_run_records_are_their_models(full_run):
+    run_dir = full_run.run_dir
+    assert_records_read_back_as_written(run_dir)
+    # the order docs/internals.md gives
+    assert list(read_json(run_dir / "run.json")) == [
+        "schema_version", "scenario", "aa", "status", "error", "started", "finished", "mode", "plan", "launches",
+        "trials_done", "wall_s", "measured_s", "server_launches"]
+    assert list(read_json(run_dir / "trials/02-baseline-timed/trial.json")) == [
+        "index", "variant", "config", "kind", "repetition", "launch", "status", "error", "command", "server_pid",
+        "port", "started", "finished", "server_info", "summary", "traces"]
+    assert list(read_requests(run_dir / "trials/02-baseline-timed")[0]) == [
+        "index", "warmup", "prompt_tokens", "completion_tokens", "spec_verify_ct", "ttft_ms", "tpot_ms", "itl_ms",
+        "e2e_ms", "output_ids", "finish_reason", "error"]
 
 
 def test_full_run_leaves_no_server(full_run):
@@ -383,6 +421,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
     else:  # all up together, for the whole run
         assert max(x["started_at_s"] for x in launches) < min(x["stopped_at_s"] for x in launches)
+    assert_records_read_back_as_written(run_dir)
     blocks = [read_json(p) for p in sorted(run_dir.glob("trials/*-timed/trial.json"))]
     assert len(blocks) == 8 and all(b["status"] == "ok" and b["launch"].startswith("launches/") for b in blocks)
     pids = {x["dir"]: x["server_pid"] for x in launches}

@@ -188,8 +188,8 @@ class _KillSchedulerAt(RunProgress):
         self.servers: dict[str, int] = {}
         self.killed: int | None = None
 
-    def launch_ready(self, launch, info) -> None:
-        self.servers[launch.arm] = info["server_pid"]
+    def launch_ready(self, launch, record) -> None:
+        self.servers[launch.arm] = record.server_pid
 
     def trial_started(self, trial, total_requests) -> None:
         if trial.variant != self.variant or trial.kind != "timed":

@@ -17,7 +17,8 @@ from harness.engines import ServerCommand
 from harness.errors import HarnessInputError
 from harness.scenario import WorkloadSpec
 from harness.run.server import ServerProcess, free_port
-from harness.run.workload import RequestRecord, build_prompts, send_requests, summarize
+from harness.run.workload import build_prompts, send_requests, summarize
+from harness.rundir import RequestRow
 
 FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
 
@@ -72,18 +73,18 @@ def test_bad_prompt_files_are_input_errors(tmp_path, content, message):
 
 def test_summary_accept_length_is_a_ratio_of_sums_and_skips_warmup_and_errors():
     records = [
-        RequestRecord(index=-1, warmup=True, completion_tokens=100, spec_verify_ct=1, tpot_ms=99.0),
-        RequestRecord(index=0, warmup=False, completion_tokens=10, spec_verify_ct=4, tpot_ms=2.0, ttft_ms=5.0, itl_ms=[1.0, 3.0]),
-        RequestRecord(index=1, warmup=False, completion_tokens=20, spec_verify_ct=11, tpot_ms=4.0, ttft_ms=7.0, itl_ms=[2.0]),
-        RequestRecord(index=2, warmup=False, completion_tokens=3, spec_verify_ct=1, error="HTTP 400: bad"),
+        RequestRow(index=-1, warmup=True, completion_tokens=100, spec_verify_ct=1, tpot_ms=99.0),
+        RequestRow(index=0, warmup=False, completion_tokens=10, spec_verify_ct=4, tpot_ms=2.0, ttft_ms=5.0, itl_ms=[1.0, 3.0]),
+        RequestRow(index=1, warmup=False, completion_tokens=20, spec_verify_ct=11, tpot_ms=4.0, ttft_ms=7.0, itl_ms=[2.0]),
+        RequestRow(index=2, warmup=False, completion_tokens=3, spec_verify_ct=1, error="HTTP 400: bad"),
     ]
     s = summarize(records, duration_s=2.0)
-    assert s["requests"] == 3 and s["errors"] == 1
-    assert s["completion_tokens"] == 30 and s["spec_verify_ct"] == 15 and s["accept_length"] == 2.0
-    assert s["median_tpot_ms"] == 3.0 and s["mean_tpot_ms"] == 3.0 and s["median_ttft_ms"] == 6.0
-    assert s["median_itl_ms"] == 2.0 and s["output_throughput_tok_s"] == 15.0 and s["duration_s"] == 2.0
+    assert s.requests == 3 and s.errors == 1
+    assert s.completion_tokens == 30 and s.spec_verify_ct == 15 and s.accept_length == 2.0
+    assert s.median_tpot_ms == 3.0 and s.mean_tpot_ms == 3.0 and s.median_ttft_ms == 6.0
+    assert s.median_itl_ms == 2.0 and s.output_throughput_tok_s == 15.0 and s.duration_s == 2.0
     empty = summarize([], duration_s=None)
-    assert empty["accept_length"] is None and empty["median_tpot_ms"] is None
+    assert empty.accept_length is None and empty.median_tpot_ms is None
 
 
 def test_a_broken_stream_is_recorded_per_request_not_raised(tmp_path):

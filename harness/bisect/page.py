@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import __version__
+from harness.files import write_text_atomic
 from harness.report.page import document
 from harness.report.page import esc as _e
 from harness.report.page import pill as _pill
@@ -65,7 +66,5 @@ commits · {len(result.steps)} step(s) (at most {result.max_steps} without skips
 
 def write_page(result: BisectResult) -> Path:
     path = result.out_dir / "index.html"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render_page(result), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, render_page(result))
     return path

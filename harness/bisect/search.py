@@ -23,13 +23,15 @@ from harness.bisect.git import BisectState, Commit, GitBisect, Repo, Worktrees
 from harness.bisect.plan import StepPlan, at_commit, choose_rules, paths_inside, step_plan
 from harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS, HarnessInputError
 from harness.run.combine import adopt_trials
-from harness.run.execute import RunProgress, RunResult, run_scenario, write_json
+from harness.files import write_json_atomic
+from harness.run.execute import RunProgress, RunResult, run_scenario
 from harness.run.plan import with_run_seed
 from harness.run.interrupts import Terminated, signals_raise_interrupt
 from harness.scenario import Scenario, load_scenario
+from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
 
 DEFAULT_OUT_ROOT = Path("reports/bisect")
-MARKS = {"PASS": "good", "FAIL": "bad", "INCONCLUSIVE": "skip"}
+MARKS = {PASS: "good", FAIL: "bad", INCONCLUSIVE: "skip"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Step:
     number: int
     commit: Commit
     role: str  # "bad revision" (checked first) or "bisection"
-    verdict: str  # PASS / FAIL / INCONCLUSIVE
+    verdict: Verdict
     mark: str  # good / bad / skip
     reason: str
     attempts: list[Path] = field(default_factory=list)  # run directories, the last one decides
@@ -196,7 +198,7 @@ class _Bisection:
         """bisect.json and the page, after every step: an interrupted bisection keeps its steps."""
         from harness.bisect.page import write_page
 
-        write_json(self.result.out_dir / "bisect.json", self.result.to_json_dict())
+        write_json_atomic(self.result.out_dir / "bisect.json", self.result.to_json_dict())
         write_page(self.result)
 
     def search(self) -> None:
@@ -254,7 +256,7 @@ class _Bisection:
         from harness.verdict.rules import check_run_dir
 
         result = self.result
-        step = Step(number=len(result.steps) + 1, commit=commit, role=role, verdict="INCONCLUSIVE", mark="skip",
+        step = Step(number=len(result.steps) + 1, commit=commit, role=role, verdict=INCONCLUSIVE, mark="skip",
                     reason="")
         result.steps.append(step)
         attempts = 1 + (result.request.retries if result.plan.statistical else 0)
@@ -273,7 +275,7 @@ class _Bisection:
                 checks = check_run_dir(run_dir)
                 build_report(run_dir)
                 if run.status != "complete":  # e.g. the server cannot start at this commit: no retry
-                    step.verdict, step.mark, step.reason = "INCONCLUSIVE", "skip", f"run incomplete: {run.error}"
+                    step.verdict, step.mark, step.reason = INCONCLUSIVE, "skip", f"run incomplete: {run.error}"
                     break
                 step.verdict, step.mark, step.reason = checks.verdict, MARKS[checks.verdict], _reason(checks)
                 if step.mark != "skip":
@@ -289,7 +291,7 @@ class _Bisection:
 
 def _reason(checks: Any) -> str:
     """The first failing rule, else the first inconclusive one, else that all passed."""
-    for verdict in ("FAIL", "INCONCLUSIVE"):
+    for verdict in (FAIL, INCONCLUSIVE):
         for rule in checks.rules:
             if rule.verdict == verdict:
                 return f"{rule.name}: {rule.reason}"

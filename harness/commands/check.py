@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
 
     results = check_run_dir(args.run_dir, scenario_path=args.scenario)
     if args.json:
-        print(json.dumps(results.to_dict(), indent=2))
+        print(json.dumps(results.model_dump(), indent=2))
     else:
         print_results(results)
     return results.exit_code
@@ -32,14 +32,15 @@ def print_results(results) -> None:  # noqa: ANN001 - CheckResults, imported laz
     from rich.table import Table
 
     from harness.errors import one_line
+    from harness.verdict.verdicts import Verdict
 
     def text(value: object) -> str:  # names and reasons come from files: no markup, no control characters
         return escape(one_line(value))
 
-    colours = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow", "INFO": "cyan"}
+    colours = {Verdict.PASS: "green", Verdict.FAIL: "red", Verdict.INCONCLUSIVE: "yellow", Verdict.INFO: "cyan"}
     console = Console(highlight=False, soft_wrap=True)
-    judged = [r for r in results.rules if r.verdict != "INFO"]
-    info = [r for r in results.rules if r.verdict == "INFO"]
+    judged = [r for r in results.rules if r.verdict != Verdict.INFO]
+    info = [r for r in results.rules if r.verdict == Verdict.INFO]
     table = Table(title=f"{text(results.scenario)}{' (A/A)' if results.aa else ''}", show_lines=False)
     table.add_column("rule")
     table.add_column("verdict")
@@ -52,7 +53,7 @@ def print_results(results) -> None:  # noqa: ANN001 - CheckResults, imported laz
         extra.add_column("rule")
         extra.add_column("numbers", overflow="fold")
         for rule in info:
-            extra.add_row(text(rule.name), f"[{colours['INFO']}]INFO[/] {text(rule.reason)}")
+            extra.add_row(text(rule.name), f"[{colours[Verdict.INFO]}]{Verdict.INFO}[/] {text(rule.reason)}")
         console.print(extra)
     for rule in results.rules:
         n = rule.numbers

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     results = compare_runs(run_a, run_b, variant=args.variant, max_slowdown=args.max_slowdown,
                            confidence=args.confidence, seed=args.seed)
     if args.json:
-        print(json.dumps(results.to_dict(), indent=2))
+        print(json.dumps(results.model_dump(), indent=2))
     else:
         print_results(results)
     return results.exit_code

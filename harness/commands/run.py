@@ -57,11 +57,13 @@ def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
 
 
 def trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> str:
-    trial, summary = outcome.trial, outcome.summary or {}
+    from harness.rundir import TrialSummary
+
+    trial, summary = outcome.trial, outcome.summary or TrialSummary()
     if outcome.status == "ok":
         detail = (
-            f"TPOT {_fmt(summary.get('median_tpot_ms'), ' ms')}  accept {_fmt(summary.get('accept_length'))}  "
-            f"{_fmt(summary.get('output_throughput_tok_s'), ' tok/s', 1)}"
+            f"TPOT {_fmt(summary.median_tpot_ms, ' ms')}  accept {_fmt(summary.accept_length)}  "
+            f"{_fmt(summary.output_throughput_tok_s, ' tok/s', 1)}"
         )
         if trial.kind == "profiled":
             detail += f"  traces {len(outcome.traces)}"
@@ -93,9 +95,9 @@ def _make_progress(rich_ui: bool):
             line = trial_line(self.done, self.total, outcome, time.monotonic() - self.trial_started_at)
             print(line, flush=True)
 
-        def launch_ready(self, launch: Any, info: dict[str, Any]) -> None:
-            self.note(f"launch {launch.dir_name}: up in {_fmt(info.get('startup_s'), ' s', 1)}, warmed up in "
-                      f"{_fmt(info.get('warmup_s'), ' s', 1)} (pid {info.get('server_pid')}, port {info.get('port')})")
+        def launch_ready(self, launch: Any, record: Any) -> None:
+            self.note(f"launch {launch.dir_name}: up in {_fmt(record.startup_s, ' s', 1)}, warmed up in "
+                      f"{_fmt(record.warmup_s, ' s', 1)} (pid {record.server_pid}, port {record.port})")
 
         def note(self, text: str) -> None:
             print(text, flush=True)

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 
 from harness.history import db
 from harness.history.changepoints import ChangePoint, Options, change_points
+from harness.verdict.verdicts import FAIL, PASS
 
 FACTS_VERSION = 1
 EXIT_OK, EXIT_REGRESSION, EXIT_NO_DATA = 0, 1, 3
@@ -200,7 +201,7 @@ def history_facts(engine: Engine, options: Options = Options(), *, max_regressio
             for s in series
         ],
         "change_points": points,
-        "gate": {"max_regression": max_regression, "verdict": "FAIL" if failing else "PASS" if complete else "NO DATA",
+        "gate": {"max_regression": max_regression, "verdict": FAIL if failing else PASS if complete else "NO DATA",
                  "failing": failing},
         "exit_code": exit_code,
     }

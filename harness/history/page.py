@@ -184,11 +184,11 @@ def write_trend_page(facts: dict[str, Any], out_dir: str | Path) -> Path:
     """index.html and history.json (the same facts) into `out_dir`; returns the page."""
     import json
 
-    from harness.report import _write_atomic
+    from harness.files import write_text_atomic
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     page = out_dir / "index.html"
-    _write_atomic(out_dir / "history.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
-    _write_atomic(page, render_trend_page(facts, out_dir))
+    write_text_atomic(out_dir / "history.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(page, render_trend_page(facts, out_dir))
     return page

@@ -6,11 +6,10 @@ files; it works on incomplete runs too, showing what is missing as notes.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import encodable
+from harness import files
 from harness.report.summary import append_step_summary
 
 __all__ = ["ReportPaths", "build_report", "append_step_summary", "update_latest_link"]
@@ -38,18 +37,11 @@ def build_report(run_dir: str | Path) -> ReportPaths:
     paths = ReportPaths(
         html=run_dir / "index.html", junit=run_dir / "junit.xml", summary=run_dir / "summary.md", verdict=data.verdict
     )
-    _write_atomic(paths.html, html)
+    files.write_text_atomic(paths.html, html)
     write_junit(data, paths.junit)
     write_summary(data, paths.summary)
     update_latest_link(run_dir)
     return paths
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace the file in one step, so a browser reloading it never sees half a page."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(encodable(text), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def update_latest_link(run_dir: str | Path) -> Path | None:
@@ -62,18 +54,5 @@ def update_latest_link(run_dir: str | Path) -> Path | None:
         return None
     newest = max((p for p in runs.iterdir() if p.is_dir() and (p / "run.json").exists()), key=lambda p: p.name,
                  default=run_dir)
-    link = runs.parent / "latest"
-    target = os.path.relpath(newest, link.parent)
-    try:
-        if link.is_symlink() and os.readlink(link) == target:
-            return link
-        if link.exists() and not link.is_symlink():
-            return None  # a real file or folder named `latest`: not ours to replace
-        tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
-        tmp.symlink_to(target)
-        os.replace(tmp, link)
-    except OSError:
-        return None  # a convenience only: never fail a report over it
-    return link
+    link = files.latest_link_path(runs)
+    return link if files.update_latest_link(newest, link) else None  # never fails a report

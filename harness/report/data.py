@@ -14,8 +14,10 @@ from typing import Any
 
 from harness.errors import HarnessInputError
 from harness.rundir import SCHEMA_VERSION, inside, read_json
+from harness.verdict.verdicts import Verdict
 
-VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
+# The overall verdicts results.json may hold (a rule may also be INFO).
+VERDICTS = (Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE)
 # Beyond this a number from a file is damage, not a measurement: figures cannot scale to it.
 MAX_PLOTTED = 1e12
 
@@ -91,9 +93,9 @@ class ReportData:
         )
 
     @property
-    def verdict(self) -> str | None:
+    def verdict(self) -> Verdict | None:
         verdict = (self.results or {}).get("verdict")
-        return verdict if verdict in VERDICTS else None
+        return Verdict(verdict) if verdict in VERDICTS else None
 
     @property
     def rules(self) -> list[dict[str, Any]]:

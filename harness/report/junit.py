@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import encodable
+from harness.files import write_text_atomic
 from harness.report.data import ReportData
+from harness.verdict.verdicts import Verdict
 
 
 def _duration_s(run: dict[str, Any]) -> float:
@@ -67,8 +69,8 @@ def junit_tree(data: ReportData) -> ET.ElementTree:
         ET.SubElement(properties, "property", name=name, value=value)
 
     failures = skipped = errors = 0
-    judged = [r for r in rules if r.get("verdict") != "INFO"]
-    info = [r for r in rules if r.get("verdict") == "INFO"]
+    judged = [r for r in rules if r.get("verdict") != Verdict.INFO]
+    info = [r for r in rules if r.get("verdict") == Verdict.INFO]
     if not rules:
         errors = 1
         case = ET.SubElement(suite, "testcase", classname=suite_name, name="results", time="0")
@@ -85,15 +87,15 @@ def junit_tree(data: ReportData) -> ET.ElementTree:
         case = ET.SubElement(
             suite, "testcase", classname=f"{suite_name}.{rule.get('kind', 'rule')}", name=str(rule.get("name", "?")), time="0"
         )
-        if verdict == "FAIL":
+        if verdict == Verdict.FAIL:
             failures += 1
-            element = ET.SubElement(case, "failure", message=reason, type="FAIL")
+            element = ET.SubElement(case, "failure", message=reason, type=Verdict.FAIL)
             element.text = _details(rule)
-        elif verdict == "PASS":
+        elif verdict == Verdict.PASS:
             continue
         else:  # INCONCLUSIVE, or anything unknown: never a pass
             skipped += 1
-            element = ET.SubElement(case, "skipped", message=reason if verdict == "INCONCLUSIVE" else f"verdict {verdict!r}: {reason}")
+            element = ET.SubElement(case, "skipped", message=reason if verdict == Verdict.INCONCLUSIVE else f"verdict {verdict!r}: {reason}")
             element.text = _details(rule)
 
     _set_counts(suite, tests=max(len(judged), 1) if not info else len(judged), failures=failures, errors=errors,
@@ -104,7 +106,7 @@ def junit_tree(data: ReportData) -> ET.ElementTree:
         for rule in info:
             case = ET.SubElement(info_suite, "testcase", classname=f"{info_name}.{rule.get('kind', 'rule')}",
                                  name=str(rule.get("name", "?")), time="0")
-            element = ET.SubElement(case, "skipped", type="INFO", message=f"INFO: {rule.get('reason') or ''}")
+            element = ET.SubElement(case, "skipped", type=Verdict.INFO, message=f"{Verdict.INFO}: {rule.get('reason') or ''}")
             element.text = _details(rule)
         _set_counts(info_suite, tests=len(info), failures=0, errors=0, skipped=len(info), duration=0.0)
     _set_counts(root, tests=max(len(rules), 1), failures=failures, errors=errors, skipped=skipped + len(info),
@@ -128,5 +130,5 @@ def _set_counts(element: ET.Element, *, tests: int, failures: int, errors: int, 
 def write_junit(data: ReportData, path: Path) -> Path:
     text = ET.tostring(junit_tree(data).getroot(), encoding="unicode")
     text = _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", encodable(text))
-    path.write_text("<?xml version='1.0' encoding='utf-8'?>\n" + text, encoding="utf-8")
+    write_text_atomic(path, "<?xml version='1.0' encoding='utf-8'?>\n" + text)
     return path

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.errors import encodable
+from harness.files import write_text_atomic
 from harness.report.data import ReportData
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
+from harness.verdict.verdicts import Verdict
 
-VERDICT_ICON = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "⚠️", "INFO": "ℹ️"}
+VERDICT_ICON = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.INCONCLUSIVE: "⚠️", Verdict.INFO: "ℹ️"}
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
@@ -31,8 +32,8 @@ def summary_markdown(data: ReportData) -> str:
         + "."
     )
     lines.append("")
-    judged = [r for r in data.rules if r.get("verdict") != "INFO"]
-    info = [r for r in data.rules if r.get("verdict") == "INFO"]
+    judged = [r for r in data.rules if r.get("verdict") != Verdict.INFO]
+    info = [r for r in data.rules if r.get("verdict") == Verdict.INFO]
     for title, rules in ((None, judged), ("**Informational** (no bound set: not part of the verdict)", info)):
         if not rules:
             continue
@@ -62,7 +63,7 @@ def summary_markdown(data: ReportData) -> str:
 
 
 def write_summary(data: ReportData, path: Path) -> Path:
-    path.write_text(encodable(summary_markdown(data)), encoding="utf-8")
+    write_text_atomic(path, summary_markdown(data))
     return path
 
 

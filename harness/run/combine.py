@@ -14,11 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from harness.errors import HarnessInputError
-from harness.rundir import read_json
-from harness.run.execute import write_json
+from harness.rundir import SCHEMA_VERSION, AnalysisRecord, EnvironmentRecord, RunRecord, read_record, write_record
 
 
 def adopt_trials(run_dir: Path, source: Path) -> list[str]:
@@ -26,28 +24,28 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
     (in plan order), analysis.json and environment.json's variants. A run adopting an incomplete one
     becomes incomplete with its reason. Returns the adopted trial directories (`trials/...`)."""
     run_dir, source = Path(run_dir), Path(source)
-    run, other = read_json(run_dir / "run.json"), read_json(source / "run.json")
-    if run.get("scenario") != other.get("scenario") or run.get("mode", "restart") != other.get("mode", "restart"):
-        raise HarnessInputError(f"{source}: a run of scenario {other.get('scenario')!r} ({other.get('mode')}) cannot "
-                                f"join {run_dir} ({run.get('scenario')!r}, {run.get('mode')})")
-    plan, launches = other.get("plan") or [], other.get("launches") or []
-    for entry in [*plan, *launches]:  # all checked before anything changes
-        if (run_dir / entry["dir"]).exists() or (run_dir / entry["dir"]).is_symlink():
-            raise HarnessInputError(f"{run_dir / entry['dir']}: already exists: the two runs are not subsets of one plan")
-    for entry in [*plan, *launches]:
-        _link(run_dir / entry["dir"], source / entry["dir"])
-    changes: dict[str, Any] = {
-        "plan": sorted([*(run.get("plan") or []), *plan], key=lambda e: e["index"]),
-        "launches": sorted([*(run.get("launches") or []), *launches], key=lambda e: e["index"]),
-        "trials_done": int(run.get("trials_done") or 0) + int(other.get("trials_done") or 0),
-        "adopted_from": os.path.relpath(source.resolve(), run_dir.resolve()),
-    }
-    if other.get("status") != "complete" and run.get("status") == "complete":
-        changes.update(status="incomplete", error=f"adopted run {source.name} is {other.get('status')}: {other.get('error')}")
-    write_json(run_dir / "run.json", {**run, **changes})
+    run, other = read_record(run_dir / "run.json", RunRecord), read_record(source / "run.json", RunRecord)
+    if run.scenario != other.scenario or (run.mode or "restart") != (other.mode or "restart"):
+        raise HarnessInputError(f"{source}: a run of scenario {other.scenario!r} ({other.mode}) cannot "
+                                f"join {run_dir} ({run.scenario!r}, {run.mode})")
+    adopted = [*other.plan, *other.launches]
+    for entry in adopted:  # all checked before anything changes
+        if entry.dir is None:
+            raise HarnessInputError(f"{source / 'run.json'}: {entry.index}: an entry without `dir`")
+        if (run_dir / entry.dir).exists() or (run_dir / entry.dir).is_symlink():
+            raise HarnessInputError(f"{run_dir / entry.dir}: already exists: the two runs are not subsets of one plan")
+    for entry in adopted:
+        _link(run_dir / entry.dir, source / entry.dir)
+    run.plan = sorted([*run.plan, *other.plan], key=lambda e: e.index)
+    run.launches = sorted([*run.launches, *other.launches], key=lambda e: e.index)
+    run.trials_done = (run.trials_done or 0) + (other.trials_done or 0)
+    run.adopted_from = os.path.relpath(source.resolve(), run_dir.resolve())
+    if other.status != "complete" and run.status == "complete":
+        run.status, run.error = "incomplete", f"adopted run {source.name} is {other.status}: {other.error}"
+    write_record(run_dir / "run.json", run)
     _merge_analysis(run_dir, source)
     _merge_environment(run_dir, source)
-    return [entry["dir"] for entry in plan]
+    return [entry.dir for entry in other.plan if entry.dir is not None]
 
 
 def _link(link: Path, target: Path) -> None:
@@ -66,18 +64,19 @@ def _merge_analysis(run_dir: Path, source: Path) -> None:
     if not theirs_path.exists():
         return
     ours_path = run_dir / "analysis.json"
-    ours = read_json(ours_path) if ours_path.exists() else {"schema_version": 1, "trials": {}}
-    theirs = read_json(theirs_path)
-    ours.setdefault("trials", {}).update(theirs.get("trials") or {})
-    if theirs.get("errors"):
-        ours.setdefault("errors", {}).update(theirs["errors"])
-    write_json(ours_path, ours)
+    ours = (read_record(ours_path, AnalysisRecord) if ours_path.exists()
+            else AnalysisRecord(schema_version=SCHEMA_VERSION, trials={}))
+    theirs = read_record(theirs_path, AnalysisRecord)
+    ours.trials = {**ours.trials, **theirs.trials}
+    if theirs.errors:
+        ours.errors = {**(ours.errors or {}), **theirs.errors}
+    write_record(ours_path, ours)
 
 
 def _merge_environment(run_dir: Path, source: Path) -> None:
     theirs_path, ours_path = source / "environment.json", run_dir / "environment.json"
     if not theirs_path.exists() or not ours_path.exists():
         return
-    ours, theirs = read_json(ours_path), read_json(theirs_path)
-    ours["variants"] = {**(theirs.get("variants") or {}), **(ours.get("variants") or {})}
-    write_json(ours_path, ours)
+    ours, theirs = read_record(ours_path, EnvironmentRecord), read_record(theirs_path, EnvironmentRecord)
+    ours.variants = {**theirs.variants, **ours.variants}
+    write_record(ours_path, ours)

@@ -20,6 +20,7 @@ from typing import Any
 from harness import __version__
 from harness.errors import HarnessInputError
 from harness.engines import HARNESS_SOURCE_ROOT, server_python, variant_environment
+from harness.rundir import SCHEMA_VERSION, EnvironmentRecord
 from harness.scenario import Scenario
 
 PROBE_TIMEOUT_S = 60.0
@@ -140,7 +141,7 @@ def probe_interpreter(python: str, env: dict[str, str]) -> dict[str, Any]:
     return {"executable": python, "error": f"probe exited with {result.returncode}: {last}"}
 
 
-def collect_environment(scenario: Scenario, *, variants: list[str] | None = None) -> dict[str, Any]:
+def collect_environment(scenario: Scenario, *, variants: list[str] | None = None) -> EnvironmentRecord:
     """The facts for environment.json; `variants` are the configurations that run (default: all)."""
     names = variants if variants is not None else list(scenario.variants)
     probes: dict[tuple[str, str], dict[str, Any]] = {}
@@ -153,27 +154,27 @@ def collect_environment(scenario: Scenario, *, variants: list[str] | None = None
         if key not in probes:
             probes[key] = probe_interpreter(python, {"PYTHONPATH": key[1]})
         per_variant[name] = probes[key]
-    return {
-        "schema_version": 1,
-        "harness": harness_facts(),
-        "python": sys.version.split()[0],
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "hostname": socket.gethostname(),
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "gpus": gpu_facts(),
-        "engine": scenario.engine,
-        "variants": per_variant,
-    }
+    return EnvironmentRecord(
+        schema_version=SCHEMA_VERSION,
+        harness=harness_facts(),
+        python=sys.version.split()[0],
+        python_executable=sys.executable,
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+        cpu=cpu_model(),
+        cpu_count=os.cpu_count(),
+        gpus=gpu_facts(),
+        engine=scenario.engine,
+        variants=per_variant,
+    )
 
 
-def require_engine(scenario: Scenario, environment: dict[str, Any]) -> None:
+def require_engine(scenario: Scenario, environment: EnvironmentRecord) -> None:
     """Before any server starts: every variant's interpreter runs and, for `engine: sglang`, has SGLang
     (of `server.sglang_version` where given). Otherwise one HarnessInputError line, with
     `server.setup` (how to install it) where the scenario gives one."""
     hint = f" (set it up with: {scenario.server.setup})" if scenario.server.setup else ""
-    for name, facts in environment["variants"].items():
+    for name, facts in environment.variants.items():
         python = facts.get("executable") or server_python(scenario, name)
         if "error" in facts:
             if not os.path.exists(python) if os.sep in python else shutil.which(python) is None:

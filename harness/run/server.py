@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -437,3 +438,32 @@ class ServerProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+# ---- what a running server says about itself ----------------------------------------------------
+
+
+def server_info(base_url: str, *, timeout_s: float = 30.0) -> dict[str, Any]:
+    """GET /server_info (free-form: whatever the server reports), {} when it answers none."""
+    for path in ("/server_info", "/get_server_info"):  # the second is SGLang's older name
+        try:
+            response = httpx.get(f"{base_url}{path}", timeout=timeout_s, trust_env=False)
+        except httpx.HTTPError:
+            continue
+        if response.status_code == 200:
+            try:
+                info = response.json()
+            except ValueError:
+                continue
+            return info if isinstance(info, dict) else {"value": info}
+    return {}
+
+
+def vocab_limit(info: dict[str, Any]) -> int | None:
+    """The vocabulary size if the server tells it (the micro engine does, under `micro_model`), so
+    that synthetic prompts stay valid for a small vocabulary."""
+    for where in (info, info.get("micro_model") or {}):
+        value = where.get("vocab_size") if isinstance(where, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

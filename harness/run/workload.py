@@ -1,9 +1,10 @@
 """The workload: prompts, and an asynchronous streaming client for SGLang's `/generate`.
 
 Per request it records TTFT, TPOT, the inter-token latencies, token counts, `spec_verify_ct`, the
-output token ids and any error; per trial it summarises them (warmup requests excluded). A failed
-request (an HTTP error, an error chunk, a broken or truncated stream, a timeout) is recorded with its
-error and never raises: the caller decides what a failed request means for the trial.
+output token ids and any error (a `RequestRow`, one line of requests.jsonl, appended by `RequestLog`
+as each request finishes); per trial it summarises them (warmup requests excluded). A failed request
+(an HTTP error, an error chunk, a broken or truncated stream, a timeout) is recorded with its error
+and never raises: the caller decides what a failed request means for the trial.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import asyncio
 import json
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from harness.errors import HarnessInputError
+from harness.files import append_whole, write_failed
+from harness.run.interrupts import interrupts_deferred
+from harness.rundir import RequestRow, TrialSummary, request_line, write_requests
 from harness.scenario import FilePrompts, WorkloadSpec
 
 # Synthetic prompt token ids are drawn from [SYNTHETIC_MIN_ID, vocab limit): low ids are often
@@ -39,25 +44,6 @@ class Prompt:
 
     def payload(self) -> dict[str, Any]:
         return {"input_ids": self.input_ids} if self.input_ids is not None else {"text": self.text}
-
-
-@dataclass
-class RequestRecord:
-    index: int
-    warmup: bool
-    prompt_tokens: int | None = None
-    completion_tokens: int = 0
-    spec_verify_ct: int | None = None
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
-    e2e_ms: float | None = None
-    output_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
-    error: str | None = None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # ---- prompts ------------------------------------------------------------------------------------
@@ -154,6 +140,11 @@ def _finish_reason(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _count(value: Any) -> int | None:
+    """A token count from the server's meta_info (free-form): an int, or None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= ERROR_TEXT_LIMIT else text[:ERROR_TEXT_LIMIT] + "..."
@@ -166,8 +157,8 @@ async def send_request(
     workload: WorkloadSpec,
     *,
     max_new_tokens: int | None = None,
-) -> RequestRecord:
-    record = RequestRecord(index=prompt.index, warmup=prompt.warmup)
+) -> RequestRow:
+    record = RequestRow.sent(prompt.index, prompt.warmup)
     body = {
         **prompt.payload(),
         "sampling_params": {
@@ -232,7 +223,7 @@ async def send_request(
     if not done:
         record.error = "stream ended without `data: [DONE]`"
     record.e2e_ms = (end - start) * 1000
-    record.prompt_tokens = meta.get("prompt_tokens")
+    record.prompt_tokens = _count(meta.get("prompt_tokens"))
     record.completion_tokens = int(meta.get("completion_tokens", len(record.output_ids)))
     verify = meta.get("spec_verify_ct")
     record.spec_verify_ct = int(verify) if verify is not None else None
@@ -250,9 +241,9 @@ async def send_requests(
     workload: WorkloadSpec,
     *,
     request_timeout_s: float,
-    on_record: Callable[[RequestRecord], None] | None = None,
+    on_record: Callable[[RequestRow], None] | None = None,
     rate_seed: int = 0,
-) -> list[RequestRecord]:
+) -> list[RequestRow]:
     """Send `prompts` with at most `workload.concurrency` in flight; with a request rate, start them
     at Poisson arrival times (seeded). Returns the records in prompt order."""
     limit = asyncio.Semaphore(workload.concurrency)
@@ -261,7 +252,7 @@ async def send_requests(
     limits = httpx.Limits(max_connections=workload.concurrency + 2, max_keepalive_connections=workload.concurrency)
     async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
 
-        async def one(prompt: Prompt) -> RequestRecord:
+        async def one(prompt: Prompt) -> RequestRow:
             async with limit:
                 try:
                     # The whole request, not only each read: a server that trickles tokens (or
@@ -269,13 +260,13 @@ async def send_requests(
                     async with asyncio.timeout(request_timeout_s):
                         record = await send_request(client, base_url, prompt, workload)
                 except TimeoutError:
-                    record = RequestRecord(index=prompt.index, warmup=prompt.warmup,
-                                           error=f"timed out after {request_timeout_s:g} s")
+                    record = RequestRow.sent(prompt.index, prompt.warmup,
+                                             error=f"timed out after {request_timeout_s:g} s")
             if on_record is not None:
                 on_record(record)
             return record
 
-        tasks: list[asyncio.Task[RequestRecord]] = []
+        tasks: list[asyncio.Task[RequestRow]] = []
         try:
             for prompt in prompts:
                 if workload.request_rate is not None and tasks:
@@ -294,27 +285,69 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(records: Sequence[RequestRecord], duration_s: float | None) -> dict[str, Any]:
+def summarize(records: Sequence[RequestRow], duration_s: float | None) -> TrialSummary:
     """The per-trial summary of the measured (non-warmup) requests; see docs/internals.md."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.error is None]
-    completion = sum(r.completion_tokens for r in ok)
+    completion = sum(r.completion_tokens or 0 for r in ok)
     verify_known = [r.spec_verify_ct for r in ok if r.spec_verify_ct is not None]
     verify = sum(verify_known) if verify_known else None
     tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
-    return {
-        "requests": len(measured),
-        "errors": len(measured) - len(ok),
-        "completion_tokens": completion,
-        "spec_verify_ct": verify,
-        "accept_length": completion / verify if verify else None,
-        "median_tpot_ms": _median(tpots),
-        "mean_tpot_ms": statistics.fmean(tpots) if tpots else None,
-        "median_ttft_ms": _median([r.ttft_ms for r in ok if r.ttft_ms is not None]),
-        "median_itl_ms": _median([gap for r in ok for gap in r.itl_ms]),
-        "output_throughput_tok_s": completion / duration_s if duration_s else None,
-        "duration_s": duration_s,
-    }
+    # Recorded as measured, not validated: a number the checks refuse (a TPOT of 0 from a server that
+    # sent every token in one chunk) is refused by `harness check` with the reason, not by the run.
+    return TrialSummary.model_construct(
+        requests=len(measured),
+        errors=len(measured) - len(ok),
+        completion_tokens=completion,
+        spec_verify_ct=verify,
+        accept_length=completion / verify if verify else None,
+        median_tpot_ms=_median(tpots),
+        mean_tpot_ms=statistics.fmean(tpots) if tpots else None,
+        median_ttft_ms=_median([r.ttft_ms for r in ok if r.ttft_ms is not None]),
+        median_itl_ms=_median([gap for r in ok for gap in r.itl_ms]),
+        output_throughput_tok_s=completion / duration_s if duration_s else None,
+        duration_s=duration_s,
+    )
+
+
+def first_failed(records: list[RequestRow]) -> str | None:
+    """How many requests failed, and the first one's error; None when none did."""
+    failed = [r for r in records if r.error is not None]
+    if not failed:
+        return None
+    first = min(failed, key=lambda r: r.index)
+    return f"{len(failed)} of {len(records)} requests failed; request {first.index}: {first.error}"
+
+
+class RequestLog:
+    """requests.jsonl of one trial (or a launch's warm-up): appended as each request finishes, so an
+    interrupted trial keeps the requests it completed; rewritten in prompt order at the end. A write
+    that fails (a full disk) raises WriteError: the run stops, nothing more can be kept."""
+
+    def __init__(self, path: Path, on_measured: Callable[[int], None] | None = None):
+        self.path = path
+        self.records: list[RequestRow] = []
+        self._lock = threading.Lock()
+        self._on_measured = on_measured
+        try:
+            path.touch()
+        except OSError as exc:
+            raise write_failed(path, exc) from None
+
+    def __call__(self, record: RequestRow) -> None:
+        line = request_line(record).encode()
+        with self._lock:
+            self.records.append(record)
+            with interrupts_deferred():  # the line lands whole, or is cut off again
+                append_whole(self.path, line)
+            done = sum(1 for r in self.records if not r.warmup)
+        if not record.warmup and self._on_measured is not None:
+            self._on_measured(done)
+
+    def finish(self) -> None:
+        """Rewrite in prompt order (atomically: on failure the appended lines stay as they are)."""
+        self.records.sort(key=lambda r: r.index)
+        write_requests(self.path, self.records)
 
 
 async def flush_cache(base_url: str, *, attempts: int = 20, pause_s: float = 0.25, timeout_s: float = 30.0) -> bool:

@@ -5,27 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.rundir import RunDir
+from harness.rundir import CheckResults, Precondition, RuleResult, RunDir
 from harness.verdict import stats
-from harness.verdict.rules import (
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    CheckResults,
-    Precondition,
-    RuleResult,
-    analysis_files,
-    outputs_by_index,
-    overall_verdict,
-    region_pattern_counts,
-    timed_values,
-)
+from harness.verdict.rules import outputs_by_index, region_pattern_counts, timed_values
+from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict, overall_verdict
 
 
 def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: float, confidence: float = 0.95,
                  seed: int = 0) -> CheckResults:
     """Rules comparing one variant across two runs; returns CheckResults (not written to either run)."""
-    def rule(name: str, kind: str, description: str, verdict: str, reason: str, numbers: dict[str, Any],
+    def rule(name: str, kind: str, description: str, verdict: Verdict, reason: str, numbers: dict[str, Any],
              preconditions: list[Precondition] | None = None) -> RuleResult:
         params = {"variant": variant, "max_slowdown": max_slowdown, "confidence": confidence}
         return RuleResult(name, kind, description, verdict, reason, params, numbers, preconditions or [])
@@ -74,12 +63,12 @@ def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: fl
     counts: dict[tuple[str, str], dict[str, Any]] = {}
     for label, run in (("a", run_a), ("b", run_b)):
         for trial in run.trials_of(variant, "profiled"):
-            for facts in analysis_files(run, trial):
-                for region in (facts.get("regions") or {}):
+            for facts in run.analysis_files(trial):
+                for region in facts.regions:
                     for pattern in run.scenario.patterns:
                         c = region_pattern_counts(facts, region, pattern)
-                        if c and c.get("replays"):
-                            counts.setdefault((region, pattern), {})[label] = c.get("per_replay_max")
+                        if c is not None and c.replays:
+                            counts.setdefault((region, pattern), {})[label] = c.per_replay_max
     changed = {f"{r}/{p}": v for (r, p), v in counts.items() if v.get("a") != v.get("b")}
     if counts:
         rules.append(rule("pattern_counts_unchanged", "kernel_count", "matches per replay in each region",
@@ -91,6 +80,7 @@ def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: fl
         "A": {"run_dir": str(run_a.path), "median_tpot_ms": a, "accept_length": acc_a},
         "B": {"run_dir": str(run_b.path), "median_tpot_ms": b, "accept_length": acc_b},
     }
+    verdict = overall_verdict([r.verdict for r in rules])
     return CheckResults(scenario=run_a.scenario.name, run_dir=f"{run_a.path} vs {run_b.path}", aa=False,
                         run_status="complete" if run_a.complete and run_b.complete else "incomplete",
-                        verdict=overall_verdict([r.verdict for r in rules]), rules=rules, variants=variants)
+                        verdict=verdict, exit_code=verdict.exit_code, variants=variants, rules=rules)

@@ -3,22 +3,20 @@
 Fail closed: a rule never passes on missing evidence. Every precondition a rule relies on is
 listed in its result, and a violated one makes the rule INCONCLUSIVE with the reason.
 Statistics live in `harness.verdict.stats`; this module only gathers the numbers and applies the rules.
+The results (`CheckResults`, `RuleResult`, `Precondition`) are results.json's records (harness.rundir.models).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
-import json
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 
-from harness.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
-from harness.rundir import RunDir, Trial, load_run_dir
+from harness.files import write_json_atomic
+from harness.rundir import CheckResults, Precondition, RuleResult, RunDir, Trial, load_run_dir
 from harness.scenario import (
     AcceptLengthCheck,
     ExplainedGainCheck,
@@ -26,104 +24,22 @@ from harness.scenario import (
     OutputIdentityCheck,
     TpotGainCheck,
 )
+from harness.traces.schema import CountRow, FileAnalysis
 from harness.verdict import stats
+from harness.verdict.verdicts import FAIL, INCONCLUSIVE, INFO, PASS, Verdict, overall_verdict
 
-PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-# A rule with nothing to hold the numbers against (every bound unset) cannot fail, so it must not
-# pass either: it is reported as informational and left out of the overall verdict.
-INFO = "INFO"
-EXIT_CODES = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 # Rule kinds whose bounds are all optional: kind -> the bound fields. Kinds not listed always have
-# a bound (a required one, or a default that can fail).
+# a bound (a required one, or a default that can fail); a rule with every bound unset is INFO.
 OPTIONAL_BOUNDS: dict[str, tuple[str, ...]] = {"explained_gain": ("min_ratio", "max_ratio")}
 # The region whose instances count EAGLE cycles: one target verify per cycle.
 CYCLE_REGION = "TARGET_VERIFY"
-
-
-@dataclass
-class Precondition:
-    what: str
-    ok: bool
-    detail: str = ""
-
-
-@dataclass
-class RuleResult:
-    name: str
-    kind: str
-    description: str
-    verdict: str
-    reason: str
-    params: dict[str, Any]
-    numbers: dict[str, Any] = field(default_factory=dict)
-    preconditions: list[Precondition] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
-
-
-@dataclass
-class CheckResults:
-    scenario: str
-    run_dir: str
-    aa: bool
-    run_status: str
-    verdict: str
-    rules: list[RuleResult]
-    variants: dict[str, dict[str, Any]]
-    evaluated_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": 1,
-            "scenario": self.scenario,
-            "run_dir": self.run_dir,
-            "aa": self.aa,
-            "run_status": self.run_status,
-            "evaluated_at": self.evaluated_at,
-            "verdict": self.verdict,
-            "exit_code": self.exit_code,
-            "variants": _jsonable(self.variants),
-            "rules": [r.to_dict() for r in self.rules],
-        }
-
-
-def overall_verdict(verdicts: list[str]) -> str:
-    """FAIL if any rule fails, else INCONCLUSIVE if any is inconclusive (or none can decide), else
-    PASS. Informational rules (INFO) do not count."""
-    verdicts = [v for v in verdicts if v != INFO]
-    if FAIL in verdicts:
-        return FAIL
-    if not verdicts or INCONCLUSIVE in verdicts:
-        return INCONCLUSIVE
-    return PASS
-
-
-def _jsonable(value: Any) -> Any:
-    """Plain JSON types: numpy scalars to Python, non-finite floats to None."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 def _params(check: Any) -> dict[str, Any]:
     return check.model_dump(mode="json", exclude={"name", "kind", "description"})
 
 
-def _result(check: Any, verdict: str, reason: str, numbers: dict[str, Any] | None = None,
+def _result(check: Any, verdict: Verdict, reason: str, numbers: dict[str, Any] | None = None,
             preconditions: list[Precondition] | None = None) -> RuleResult:
     return RuleResult(
         name=check.name, kind=check.kind, description=check.description, verdict=verdict, reason=reason,
@@ -143,60 +59,51 @@ def _failed_preconditions(preconditions: list[Precondition]) -> str | None:
 # ---- trace facts ---------------------------------------------------------------------------------
 
 
-def analysis_files(run: RunDir, trial: Trial) -> list[dict[str, Any]]:
-    """The per-file (per-rank) sections of a profiled trial's trace analysis."""
-    analysis = run.analysis.get(trial.name)
-    if not analysis:
-        return []
-    return list(analysis.get("files") or [])
-
-
-def region_pattern_counts(file_facts: dict[str, Any], region: str, pattern: str) -> dict[str, Any] | None:
+def region_pattern_counts(file_facts: FileAnalysis, region: str, pattern: str) -> CountRow | None:
     """The count row of `pattern` in `region` of one trace file, in the region's main unit: per graph
     launch when the region was replayed as CUDA graphs, else per annotation span (eager or CPU).
     See harness/traces/schema.py (RegionCounts, CountRow)."""
-    region_facts = (file_facts.get("regions") or {}).get(region)
-    if not region_facts:
+    region_facts = file_facts.regions.get(region)
+    if region_facts is None:
         return None
-    return (region_facts.get("counts") or {}).get(pattern)
+    return region_facts.counts.get(pattern)
 
 
-def eager_pattern_total(file_facts: dict[str, Any], region: str, pattern: str) -> int:
+def eager_pattern_total(file_facts: FileAnalysis, region: str, pattern: str) -> int:
     """Matches of `pattern` launched eagerly inside `region` spans, outside its graph replays.
 
     In SGLang, `_draft_extend_for_decode` selects tokens eagerly after the draft-extend graph: a
     softmax there is as much a regression as one inside the graph."""
-    region_facts = (file_facts.get("regions") or {}).get(region) or {}
-    if region_facts.get("unit") != "graph_launch":
+    region_facts = file_facts.regions.get(region)
+    if region_facts is None or region_facts.unit != "graph_launch":
         return 0  # the main row already holds every match of the region
-    rows = [r for r in file_facts.get("counts") or []
-            if r.get("region") == region and r.get("pattern") == pattern and r.get("unit") == "span"]
-    return sum(int(r.get("total") or 0) for r in rows)
+    return sum(r.total or 0 for r in file_facts.counts
+               if r.region == region and r.pattern == pattern and r.unit == "span")
 
 
-def _trace_validity(file_facts: dict[str, Any], *, max_unlabelled_fraction: float,
+def _trace_validity(file_facts: FileAnalysis, *, max_unlabelled_fraction: float,
                     where: str) -> list[Precondition]:
     """The fail-closed preconditions of a count taken from one trace file (one rank)."""
-    v = file_facts.get("validity") or {}
+    v = file_facts.validity
     out: list[Precondition] = []
-    kernels, ops = v.get("kernels", 0), v.get("cpu_ops", 0)
+    kernels, ops = v.kernels, v.cpu_ops
     out.append(Precondition(f"{where}: trace recorded work", kernels > 0 or ops > 0,
                             f"{kernels} kernels, {ops} CPU ops"))
-    mode = v.get("graph_trace_mode")
+    mode = v.graph_trace_mode
     if mode is not None:
-        out.append(Precondition(f"{where}: nsys graph-trace mode is node", str(mode).lower() == "node",
+        out.append(Precondition(f"{where}: nsys graph-trace mode is node", mode.lower() == "node",
                                 f"mode {mode!r}: graph mode records no kernels inside replays"))
-    if not v.get("per_graph_counts_known", True):
+    if not v.per_graph_counts_known:
         out.append(Precondition(f"{where}: replayed kernels recorded", False,
                                 "the trace does not hold the kernels of graph replays"))
     if kernels > 0:
-        graph_launches = v.get("graph_launches", 0)
-        unlabelled = v.get("unlabelled_graph_launches", 0)
+        graph_launches = v.graph_launches
+        unlabelled = v.unlabelled_graph_launches
         fraction = unlabelled / graph_launches if graph_launches else 0.0
         out.append(Precondition(f"{where}: graph launches labelled", fraction <= max_unlabelled_fraction,
                                 f"{unlabelled} of {graph_launches} graph launches have no region "
                                 f"(limit {max_unlabelled_fraction:.0%})"))
-        empty = v.get("graph_launches_without_kernels", 0)
+        empty = v.graph_launches_without_kernels
         out.append(Precondition(f"{where}: graph replays recorded their kernels",
                                 graph_launches == 0 or empty < graph_launches,
                                 f"{empty} of {graph_launches} graph launches have no kernels (a capture trace?)"))
@@ -228,33 +135,33 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
         preconditions.append(Precondition(f"{variant}: profiled trial", bool(trials),
                                           f"{len(trials)} profiled trial(s) completed"))
         for trial in trials:
-            files = analysis_files(run, trial)
+            files = run.analysis_files(trial)
             preconditions.append(Precondition(f"{trial.name}: trace analysis", bool(files),
                                               f"{len(files)} trace file(s) analysed"))
             for facts in files:
-                rank = facts.get("rank", 0)
+                rank = facts.rank
                 where = f"{trial.name} rank {rank}"
                 preconditions += _trace_validity(facts, max_unlabelled_fraction=limit, where=where)
                 counts = region_pattern_counts(facts, check.region, check.pattern)
-                units = (counts or {}).get("replays") or 0
-                unit = (counts or {}).get("unit") or "graph_launch"
-                if counts is not None and not counts.get("known", True):
+                units = counts.replays if counts is not None else 0
+                unit = counts.unit if counts is not None else "graph_launch"
+                if counts is not None and not counts.known:
                     preconditions.append(Precondition(f"{where}: {check.pattern} countable in {check.region}", False,
-                                                      counts.get("note") or "the trace cannot support this count"))
+                                                      counts.note or "the trace cannot support this count"))
                     continue
                 seen = Precondition(f"{where}: region {check.region} present", units > 0,
                                     f"{units} {unit.replace('_', ' ')}(s) labelled {check.region}")
                 preconditions.append(seen)
-                if facts.get("validity", {}).get("kernels", 0) > 0:
+                if facts.validity.kernels > 0:
                     preconditions.append(Precondition(
                         f"{where}: {check.region} runs as CUDA graphs", unit == "graph_launch",
                         f"counting unit is {unit!r}: no graph launches in the region"))
-                if not units:
+                if counts is None or not units:
                     continue
-                value = counts["total"] if check.per == "total" else (
-                    counts["per_replay_max"] if op in ("==", "<=") else counts["per_replay_min"])
+                value = counts.total if check.per == "total" else (
+                    counts.per_replay_max if op in ("==", "<=") else counts.per_replay_min)
                 if op == "==" and check.per == "replay":
-                    ok = counts["per_replay_min"] == bound and counts["per_replay_max"] == bound
+                    ok = counts.per_replay_min == bound and counts.per_replay_max == bound
                 else:
                     ok = holds(value)
                 eager = eager_pattern_total(facts, check.region, check.pattern)
@@ -262,9 +169,9 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
                     ok = False
                 observations.append({
                     "variant": variant, "trial": trial.name, "rank": rank, "region": check.region,
-                    "pattern": check.pattern, "unit": unit, "replays": units, "total": counts["total"],
-                    "per_replay_min": counts.get("per_replay_min"), "per_replay_max": counts.get("per_replay_max"),
-                    "eager_total": eager, "time_us": counts.get("time_us"), "ok": bool(ok),
+                    "pattern": check.pattern, "unit": unit, "replays": units, "total": counts.total,
+                    "per_replay_min": counts.per_replay_min, "per_replay_max": counts.per_replay_max,
+                    "eager_total": eager, "time_us": counts.time_us, "ok": bool(ok),
                 })
     # A zero means nothing unless the analysis can see the pattern: the baseline must show it.
     if expects_absence(check):
@@ -272,9 +179,9 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
         if baseline and baseline not in check.variants and not run.aa:
             seen_in_baseline = 0
             for trial in run.trials_of(baseline, "profiled"):
-                for facts in analysis_files(run, trial):
+                for facts in run.analysis_files(trial):
                     counts = region_pattern_counts(facts, check.region, check.pattern)
-                    seen_in_baseline += ((counts or {}).get("total") or 0) + eager_pattern_total(
+                    seen_in_baseline += ((counts.total if counts is not None else None) or 0) + eager_pattern_total(
                         facts, check.region, check.pattern)
             preconditions.append(Precondition(
                 f"{baseline}: shows {check.pattern} in {check.region}", seen_in_baseline > 0,
@@ -304,13 +211,13 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
                    numbers, preconditions)
 
 
-def timed_values(run: RunDir, variant: str, key: str) -> list[float]:
-    values = []
-    for trial in run.trials_of(variant, "timed"):
-        value = trial.summary.get(key)
-        if value is not None:
-            values.append(float(value))
-    return values
+# The per-trial numbers the rules take from the timed trials' summaries (trial.json `summary`).
+SummaryMetric = Literal["median_tpot_ms", "accept_length"]
+
+
+def timed_values(run: RunDir, variant: str, metric: SummaryMetric) -> list[float]:
+    values = (getattr(trial.summary, metric) for trial in run.trials_of(variant, "timed"))
+    return [float(value) for value in values if value is not None]
 
 
 def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> RuleResult:
@@ -345,12 +252,9 @@ def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> RuleResult:
 
 
 def outputs_by_index(trial: Trial) -> dict[int, list[int]]:
-    frame = trial.requests
-    out: dict[int, list[int]] = {}
-    for row in frame.itertuples(index=False):
-        if isinstance(row.output_ids, list) and not (isinstance(row.error, str) and row.error):
-            out[int(row.index)] = list(row.output_ids)
-    return out
+    """The output of each measured request that completed, by prompt index."""
+    return {row.index: list(row.output_ids) for row in trial.requests
+            if row.output_ids is not None and not row.error}
 
 
 def _first_difference(a: list[int], b: list[int]) -> int:
@@ -365,7 +269,7 @@ def output_source(run: RunDir, baseline: str, candidate: str) -> str:
     the run planned no timed trial of either arm (a subset of the plan, e.g. a bisection step).
     Profiled passes send the same prompts in both arms (same request indices), and greedy outputs do
     not depend on the profiler."""
-    planned = {(entry.get("variant"), entry.get("kind")) for entry in run.run.get("plan") or [] if isinstance(entry, dict)}
+    planned = {(entry.variant, entry.kind) for entry in run.run.plan}
     if (baseline, "timed") in planned or (candidate, "timed") in planned:
         return "timed"
     return "profiled"
@@ -441,20 +345,20 @@ class TimedPairs:
     note: str  # why some repetitions were left out, or ""
 
 
-def timed_pairs(run: RunDir, baseline: str, candidate: str, key: str) -> TimedPairs:
+def timed_pairs(run: RunDir, baseline: str, candidate: str, metric: SummaryMetric) -> TimedPairs:
     """Pair the ok timed trials of two arms by their `repetition` (trial.json).
 
     Both plan orders (abba, random) run every arm once per repetition, next to each other in time,
     so a repetition's two trials share the machine's slow drift. Only repetitions where both arms
-    have an ok trial with a value for `key` are used; a trial without a repetition number, or a
+    have an ok trial with a value for `metric` are used; a trial without a repetition number, or a
     repetition seen twice in one arm, cannot be paired and is left out.
     """
     def by_rep(variant: str) -> tuple[dict[int, float], int]:
         seen: dict[int, list[float]] = {}
         unusable = 0
         for trial in run.trials_of(variant, "timed"):
-            value, rep = trial.summary.get(key), trial.info.get("repetition")
-            if value is None or not isinstance(rep, int) or isinstance(rep, bool):
+            value, rep = getattr(trial.summary, metric), trial.record.repetition
+            if value is None or rep is None:
                 unusable += value is not None
                 continue
             seen.setdefault(rep, []).append(float(value))
@@ -485,15 +389,16 @@ class TimedBlocks:
     note: str
 
 
-def timed_blocks(run: RunDir, baseline: str, candidate: str, key: str = "median_tpot_ms") -> TimedBlocks:
+def timed_blocks(run: RunDir, baseline: str, candidate: str) -> TimedBlocks:
+    """The TPOT samples (median per block) with their launch and round."""
     rows: list[tuple[str, str, int, int, float]] = []
     unusable = 0
     for variant in (baseline, candidate):
         for trial in run.trials_of(variant, "timed"):
-            value, rep, launch = trial.summary.get(key), trial.info.get("repetition"), trial.info.get("launch")
+            value, rep, launch = trial.summary.median_tpot_ms, trial.record.repetition, trial.record.launch
             if value is None:
                 continue
-            if not isinstance(rep, int) or not isinstance(launch, str):
+            if rep is None or launch is None:
                 unusable += 1
                 continue
             block = rep if run.mode == "interleaved" else run.launch_number(launch)
@@ -592,12 +497,14 @@ def _pattern_time_per_cycle(run: RunDir, variant: str, pattern: str, regions: li
     """Mean time (us) of `pattern` in `regions` per EAGLE cycle (one target verify), rank 0."""
     time_us, cycles = 0.0, 0
     for trial in run.trials_of(variant, "profiled"):
-        for facts in analysis_files(run, trial):
-            if facts.get("rank", 0) != 0:
+        for facts in run.analysis_files(trial):
+            if facts.rank != 0:
                 continue
             for region in regions:
-                time_us += float((region_pattern_counts(facts, region, pattern) or {}).get("time_us") or 0.0)
-            cycles += int(((facts.get("region_times") or {}).get(CYCLE_REGION) or {}).get("instances") or 0)
+                counts = region_pattern_counts(facts, region, pattern)
+                time_us += (counts.time_us if counts is not None else None) or 0.0
+            verify = facts.region_times.get(CYCLE_REGION)
+            cycles += verify.instances if verify is not None else 0
     return time_us / cycles if cycles else None
 
 
@@ -625,29 +532,28 @@ def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> Reg
     cycles = files = without = 0
     basis: set[str] = set()
     for trial in run.trials_of(variant, "profiled"):
-        for facts in analysis_files(run, trial):
-            if facts.get("rank", 0) != 0:
+        for facts in run.analysis_files(trial):
+            if facts.rank != 0:
                 continue
             files += 1
-            times = facts.get("region_times")
+            times = facts.region_times
             if not times:
                 without += 1
                 continue
-            verify = times.get(CYCLE_REGION) or {}
-            if not verify.get("instances"):
+            verify = times.get(CYCLE_REGION)
+            if verify is None or not verify.instances:
                 continue
-            cycles += int(verify["instances"])
+            cycles += verify.instances
             file_spans: dict[str, list[tuple[float, float]]] | None = {}
             for region in regions:
                 if region in times:
                     seen.add(region)
                     fact = times[region]
                     # robust: one spike of a busy CPU would dominate a mean over a few dozen cycles
-                    totals[region] += float(fact["robust_time_us"] if fact.get("robust_time_us") is not None
-                                            else fact["time_us"])
-                    basis.add(fact["basis"])
-                    if fact.get("spans_us") and file_spans is not None:
-                        file_spans[region] = [(float(a), float(b)) for a, b in fact["spans_us"]]
+                    totals[region] += fact.robust_time_us if fact.robust_time_us is not None else fact.time_us
+                    basis.add(fact.basis)
+                    if fact.spans_us and file_spans is not None:
+                        file_spans[region] = [(float(a), float(b)) for a, b in fact.spans_us]
                     else:
                         file_spans = None
             spans.append(file_spans)
@@ -898,14 +804,13 @@ def damage(run: RunDir) -> list[str]:
     cut short on disk (deleted, truncated at a line) must not pass on what is left."""
     problems = []
     recorded = {t.dir.resolve() for t in run.trials}
-    for entry in run.run.get("plan") or []:
-        rel = entry.get("dir") if isinstance(entry, dict) else None
-        if isinstance(rel, str) and rel and (run.path / rel).resolve() not in recorded:
-            problems.append(f"planned trial {rel} has no trial.json")
+    for entry in run.run.plan:
+        if entry.dir and (run.path / entry.dir).resolve() not in recorded:
+            problems.append(f"planned trial {entry.dir} has no trial.json")
     for trial in run.trials:
         if not trial.ok:
             continue
-        expected = trial.summary.get("requests")
+        expected = trial.summary.requests
         if not (trial.dir / "requests.jsonl").exists():
             problems.append(f"{trial.name}: requests.jsonl is missing")
         elif expected is not None and len(trial.requests) != expected:
@@ -918,7 +823,7 @@ def evaluate_run(run: RunDir) -> CheckResults:
     rules: list[RuleResult] = []
     if not run.complete:
         rules.append(RuleResult("run_complete", "validity", "every planned trial ran", INCONCLUSIVE,
-                                f"the run is {run.run.get('status', 'unknown')}: {run.run.get('error') or 'not every trial ran'}",
+                                f"the run is {run.run.status}: {run.run.error or 'not every trial ran'}",
                                 {}, {}))
     if problems := damage(run):
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -943,18 +848,14 @@ def evaluate_run(run: RunDir) -> CheckResults:
         }
         for name in sorted({t.variant for t in run.trials} | set(run.scenario.variants))
     }
-    return CheckResults(
-        scenario=run.scenario.name, run_dir=str(run.path), aa=run.aa,
-        run_status=run.run.get("status", "unknown"), verdict=overall_verdict([r.verdict for r in rules]),
-        rules=rules, variants=variants,
-    )
+    verdict = overall_verdict([r.verdict for r in rules])
+    return CheckResults(scenario=run.scenario.name, run_dir=str(run.path), aa=run.aa, run_status=run.run.status,
+                        verdict=verdict, exit_code=verdict.exit_code, variants=variants, rules=rules)
 
 
 def write_results(run_dir: Path, results: CheckResults) -> Path:
     path = Path(run_dir) / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_json_atomic(path, results.model_dump())
     return path
 
 

@@ -7,15 +7,13 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from statistics import NormalDist
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
-PASS: Verdict = "PASS"
-FAIL: Verdict = "FAIL"
-INCONCLUSIVE: Verdict = "INCONCLUSIVE"
+from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict  # re-exported by harness.verdict.stats
 
 #: Fewest trials per arm for a reliable bootstrap interval and for a PASS/FAIL verdict (see the
 #: coverage table in the module docstring). Also the floor of `repetitions_needed`.
@@ -35,6 +33,8 @@ def _plain(value: Any) -> Any:
     """Convert numpy scalars / nested results into JSON-serialisable Python values."""
     if isinstance(value, _Result):
         return value.to_dict()
+    if isinstance(value, Enum):  # a Verdict: its string
+        return value.value
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):

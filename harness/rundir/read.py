@@ -1,7 +1,9 @@
 """Reading a run directory back from disk (see docs/internals.md, "The run directory").
 
-The checks, the report and `harness compare` work from these files alone, so that thresholds can
-change and reports can be rebuilt without rerunning anything.
+The checks and `harness compare` work from these files alone, so that thresholds can change without
+rerunning anything. The files are data another machine wrote: read as hostile. Each record is checked
+against its model (harness.rundir.models), so that a damaged file is one clear line naming the file
+and field, never a traceback later.
 """
 
 from __future__ import annotations
@@ -10,85 +12,25 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, TypeVar
 
-import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from harness.errors import HarnessInputError
+from harness.rundir.models import (
+    SCHEMA_VERSION,
+    RequestRow,
+    RunRecord,
+    TrialAnalysis,
+    TrialRecord,
+    TrialSummary,
+)
 from harness.scenario import SCENARIO_END, Scenario, is_whole, load_scenario
+from harness.traces.schema import FileAnalysis
 
-# The run directory's files are data another machine wrote: read as hostile. Each file's fields
-# that the checks use are validated here (unknown fields are kept: newer writers may add some),
-# so that a damaged file is one clear line naming the file and field, never a traceback later.
-SCHEMA_VERSION = 1
-REQUEST_COLUMNS = [
-    "index", "warmup", "prompt_tokens", "completion_tokens", "spec_verify_ct", "ttft_ms", "tpot_ms",
-    "e2e_ms", "output_ids", "finish_reason", "error",
-]
 MAX_JSON_BYTES = 256 << 20  # a run's JSON records are KB to a few MB
 
-Int = Annotated[int, Field(strict=True)]
-# Counts, times (ms, s) and rates the harness measures: never negative, never astronomically large
-# (a TPOT of 1e308 ms would overflow the statistics; 1e12 is 30 years in ms).
-Number = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1e12)]
-Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1e12)]
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class RunRecord(_Record):
-    schema_version: Int = SCHEMA_VERSION
-    scenario: str | None = None
-    aa: bool = False
-    status: str = "unknown"
-    error: str | None = None
-    mode: Literal["restart", "interleaved", "sequential"] | None = None
-    plan: list[dict[str, Any]]
-    launches: list[dict[str, Any]] = Field(default_factory=list)
-
-
-class TrialSummary(_Record):
-    requests: Number | None = None
-    errors: Number | None = None
-    completion_tokens: Number | None = None
-    spec_verify_ct: Number | None = None
-    accept_length: Positive | None = None
-    median_tpot_ms: Positive | None = None
-    mean_tpot_ms: Positive | None = None
-    median_ttft_ms: Number | None = None
-    median_itl_ms: Number | None = None
-    output_throughput_tok_s: Number | None = None
-    duration_s: Number | None = None
-
-
-class TrialRecord(_Record):
-    index: Int = 0
-    variant: str
-    config: str | None = None
-    kind: str
-    launch: str | None = None
-    repetition: Int | None = None
-    status: str | None = None
-    error: str | None = None
-    summary: TrialSummary | None = None
-    traces: list[str] = Field(default_factory=list)
-    server_info: dict[str, Any] = Field(default_factory=dict)
-
-
-class RequestRow(_Record):
-    index: Int
-    warmup: bool = False
-    output_ids: list[Int] | None = None
-    error: str | None = None
-    prompt_tokens: Number | None = None
-    completion_tokens: Number | None = None
-    spec_verify_ct: Number | None = None
-    ttft_ms: Number | None = None
-    tpot_ms: Number | None = None
-    e2e_ms: Number | None = None
+Model = TypeVar("Model", bound=BaseModel)
 
 
 def _no_constant(name: str) -> Any:
@@ -133,7 +75,7 @@ def read_json(path: Path) -> Any:
         raise HarnessInputError(f"{path}: not valid JSON ({exc})") from None
 
 
-def validated(path: Path, model: type[BaseModel], data: Any, where: str = "") -> Any:
+def validated(path: Path, model: type[Model], data: Any, where: str = "") -> Model:
     """`data` checked against `model`: the first problem as `FILE: field: message`."""
     try:
         return model.model_validate(data)
@@ -153,29 +95,36 @@ def check_schema_version(path: Path, data: Any) -> None:
         )
 
 
-def read_requests(path: Path) -> pd.DataFrame:
-    """requests.jsonl as a table, one row per request (warmup rows included, flagged)."""
-    rows = []
-    if path.exists():
+def read_record(path: Path, model: type[Model]) -> Model:
+    """A JSON record checked against its model (and its schema version, where it has one)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise HarnessInputError(f"{path}: expected a JSON object")
+    if "schema_version" in model.model_fields:
+        check_schema_version(path, data)
+    return validated(path, model, data)
+
+
+def read_requests(path: Path) -> list[RequestRow]:
+    """requests.jsonl, one row per request (warmup rows included, flagged); none if it is missing."""
+    rows: list[RequestRow] = []
+    if not path.exists():
+        return rows
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HarnessInputError(f"{path}: cannot read ({exc})") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise HarnessInputError(f"{path}: cannot read ({exc})") from None
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = _parse(line)
-            except json.JSONDecodeError as exc:
-                raise HarnessInputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            except ValueError as exc:
-                raise HarnessInputError(f"{path}:{lineno}: not valid JSON ({exc})") from None
-            rows.append(validated(Path(f"{path}:{lineno}"), RequestRow, row).model_dump())
-    frame = pd.DataFrame(rows)
-    for column in REQUEST_COLUMNS:
-        if column not in frame.columns:
-            frame[column] = pd.Series(dtype="object")
-    return frame
+            row = _parse(line)
+        except json.JSONDecodeError as exc:
+            raise HarnessInputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        except ValueError as exc:
+            raise HarnessInputError(f"{path}:{lineno}: not valid JSON ({exc})") from None
+        rows.append(validated(Path(f"{path}:{lineno}"), RequestRow, row))
+    return rows
 
 
 def inside(base: Path, path: Path) -> bool:
@@ -191,8 +140,8 @@ def inside(base: Path, path: Path) -> bool:
 @dataclass
 class Trial:
     dir: Path
-    info: dict[str, Any]
-    _requests: pd.DataFrame | None = field(default=None, repr=False)
+    record: TrialRecord
+    _requests: list[RequestRow] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -200,52 +149,50 @@ class Trial:
 
     @property
     def variant(self) -> str:
-        return self.info["variant"]
+        return self.record.variant
 
     @property
     def kind(self) -> str:
-        return self.info["kind"]
+        return self.record.kind
 
     @property
     def ok(self) -> bool:
-        return self.info.get("status") == "ok"
+        return self.record.status == "ok"
 
     @property
-    def summary(self) -> dict[str, Any]:
-        return self.info.get("summary") or {}
+    def summary(self) -> TrialSummary:
+        """The summary, empty (every number None) when the trial has none."""
+        return self.record.summary or TrialSummary()
 
     @property
-    def requests(self) -> pd.DataFrame:
+    def requests(self) -> list[RequestRow]:
         """Measured requests only (warmup excluded)."""
         if self._requests is None:
-            frame = read_requests(self.dir / "requests.jsonl")
-            if len(frame):
-                frame = frame[~frame["warmup"].fillna(False).astype(bool)]
-            self._requests = frame.reset_index(drop=True)
+            self._requests = [row for row in read_requests(self.dir / "requests.jsonl") if not row.warmup]
         return self._requests
 
 
 @dataclass
 class RunDir:
     path: Path
-    run: dict[str, Any]
+    run: RunRecord
     scenario: Scenario
     trials: list[Trial]
-    analysis: dict[str, Any]  # trial dir name -> TraceAnalysis JSON
+    analysis: dict[str, TrialAnalysis]  # trial dir name -> its trace analysis
     environment: dict[str, Any]
 
     @property
     def complete(self) -> bool:
-        return self.run.get("status") == "complete"
+        return self.run.status == "complete"
 
     @property
     def aa(self) -> bool:
-        return bool(self.run.get("aa"))
+        return self.run.aa
 
     @property
     def mode(self) -> str:
         """`restart`, `interleaved` or `sequential` (runs before the warm modes: `restart`)."""
-        return str(self.run.get("mode") or "restart")
+        return self.run.mode or "restart"
 
     @property
     def warm(self) -> bool:
@@ -253,14 +200,18 @@ class RunDir:
 
     def launch_number(self, launch_dir: str | None) -> int | None:
         """A launch's number within its arm (sequential mode: its launch pair), from run.json."""
-        for launch in self.run.get("launches") or []:
-            if isinstance(launch, dict) and launch.get("dir") == launch_dir:
-                number = launch.get("number")
-                return number if isinstance(number, int) else None
+        for launch in self.run.launches:
+            if launch.dir == launch_dir:
+                return launch.number
         return None
 
     def trials_of(self, variant: str, kind: str, *, ok_only: bool = True) -> list[Trial]:
         return [t for t in self.trials if t.variant == variant and t.kind == kind and (t.ok or not ok_only)]
+
+    def analysis_files(self, trial: Trial) -> list[FileAnalysis]:
+        """The per-file (per-rank) facts of a profiled trial's trace analysis; none without one."""
+        analysis = self.analysis.get(trial.name)
+        return list(analysis.files) if analysis is not None else []
 
 
 def load_run_dir(path: str | Path, *, scenario_path: str | Path | None = None) -> RunDir:
@@ -273,7 +224,7 @@ def load_run_dir(path: str | Path, *, scenario_path: str | Path | None = None) -
     if not isinstance(raw_run, dict) or "plan" not in raw_run:
         raise HarnessInputError(f"{run_path}: not a run record (expected an object with `plan`)")
     check_schema_version(run_path, raw_run)
-    run = validated(run_path, RunRecord, raw_run).model_dump()
+    run = validated(run_path, RunRecord, raw_run)
     if scenario_path is None:
         scenario_path = path / "scenario.yaml"
         if scenario_path.is_file() and not is_whole(scenario_path):
@@ -287,9 +238,8 @@ def load_run_dir(path: str | Path, *, scenario_path: str | Path | None = None) -
     for trial_json in sorted(trials_dir.glob("*/trial.json")) if trials_dir.is_dir() else []:
         if not inside(path, trial_json):
             raise HarnessInputError(f"{trial_json}: leads outside the run directory (a link?)")
-        info = validated(trial_json, TrialRecord, read_json(trial_json)).model_dump()
-        trials.append(Trial(dir=trial_json.parent, info=info))
-    trials.sort(key=lambda t: t.info["index"])
+        trials.append(Trial(dir=trial_json.parent, record=validated(trial_json, TrialRecord, read_json(trial_json))))
+    trials.sort(key=lambda t: t.record.index)
     analysis = _read_analysis(path / "analysis.json")
     env_path = path / "environment.json"
     environment = read_json(env_path) if env_path.exists() else {}
@@ -298,10 +248,8 @@ def load_run_dir(path: str | Path, *, scenario_path: str | Path | None = None) -
     return RunDir(path=path, run=run, scenario=scenario, trials=trials, analysis=analysis, environment=environment)
 
 
-def _read_analysis(path: Path) -> dict[str, Any]:
+def _read_analysis(path: Path) -> dict[str, TrialAnalysis]:
     """analysis.json's per-trial sections, each file section checked against the analysis schema."""
-    from harness.traces.schema import FileAnalysis
-
     if not path.exists():
         return {}
     document = read_json(path)
@@ -311,11 +259,9 @@ def _read_analysis(path: Path) -> dict[str, Any]:
     trials = document.get("trials", {})
     if not isinstance(trials, dict):
         raise HarnessInputError(f"{path}: trials: expected an object (trial directory -> analysis)")
-    out: dict[str, Any] = {}
+    out: dict[str, TrialAnalysis] = {}
     for name, entry in trials.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("files", []), list):
             raise HarnessInputError(f"{path}: trials.{name}: expected an object with a list `files`")
-        files = [validated(path, FileAnalysis, f, where=f"trials.{name}.files.{i}").model_dump()
-                 for i, f in enumerate(entry.get("files", []))]
-        out[name] = {**entry, "files": files}
+        out[name] = validated(path, TrialAnalysis, entry, where=f"trials.{name}")
     return out
