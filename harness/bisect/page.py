@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness import __version__
+from harness.bisect.result import BisectResult
 from harness.report.page import document
 from harness.report.page import esc as _e
 from harness.report.page import pill as _pill
 from harness.report.page import table as _table
-
-if TYPE_CHECKING:
-    from harness.bisect.search import BisectResult
 
 BANNER = {"found": ("FAIL", "FOUND"), "not narrowed": ("INCONCLUSIVE", "NOT NARROWED"),
           "bad passes": ("INCONCLUSIVE", "BAD PASSES"), "cannot judge": ("INCONCLUSIVE", "NO VERDICT"),
