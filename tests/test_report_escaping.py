@@ -16,12 +16,12 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import yaml
+from markupsafe import escape
 
 from harness.report import build_report
 from harness.traces import analyze_traces
@@ -140,6 +140,7 @@ def test_the_page_source_has_no_injected_markup(planted):
     bad = [h for h in parsed.hrefs if not _link_is_safe(h) and not h.startswith("#f")]  # #fN-...: SVG ids
     assert bad == []
     assert f'href="./{escape(SCHEME)}/server.log"' in page  # the scheme-named directory is linked as a file path
+    assert f"./{SCHEME}/server.log" in parsed.hrefs
 
 
 def test_no_script_runs_no_element_is_injected_nothing_is_fetched(browser, planted):  # noqa: F811
