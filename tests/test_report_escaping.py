@@ -9,20 +9,30 @@ descriptions, parameters, preconditions), the environment, and file and director
 directory named `javascript:...`). The page is then opened in Chromium: no script runs, no element
 or event handler is injected, no link leads anywhere but into the run directory or to
 ui.perfetto.dev, nothing is fetched, and the payloads are shown as the literal text they are.
+
+The trend page (`harness history report`) and the bisection page are built from the same templates:
+each gets the payloads in every string it shows (run, series, scenario and hardware names, commits,
+reasons, the database, commit subjects) and a link target whose first segment reads like a URL scheme.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
-from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import yaml
+from markupsafe import escape
 
+from harness.bisect.git import Commit
+from harness.bisect.page import write_page
+from harness.bisect.plan import StepPlan
+from harness.bisect.result import BisectRequest, BisectResult, Step
+from harness.history.page import write_trend_page
 from harness.report import build_report
 from harness.traces import analyze_traces
 from test_report import make_run_dir
@@ -140,6 +150,7 @@ def test_the_page_source_has_no_injected_markup(planted):
     bad = [h for h in parsed.hrefs if not _link_is_safe(h) and not h.startswith("#f")]  # #fN-...: SVG ids
     assert bad == []
     assert f'href="./{escape(SCHEME)}/server.log"' in page  # the scheme-named directory is linked as a file path
+    assert f"./{SCHEME}/server.log" in parsed.hrefs
 
 
 def test_no_script_runs_no_element_is_injected_nothing_is_fetched(browser, planted):  # noqa: F811
@@ -189,3 +200,104 @@ def test_no_script_runs_no_element_is_injected_nothing_is_fetched(browser, plant
         assert page.evaluate("() => window.__pwned") is None and problems == []
     finally:
         page.close()
+
+
+# ---- the trend page and the bisection page ----------------------------------------------------------
+
+
+def _is_relative(href: str) -> bool:
+    """A path relative to the page: no URL scheme (`javascript:`), no host, no absolute path."""
+    return not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", href) and not href.startswith("/")
+
+
+def _assert_inert(page_file: Path, browser, needles: list[str]) -> list[str]:  # noqa: F811
+    """The page's source has no injected element, handler or link; in Chromium no script runs,
+    nothing is fetched and every needle is on the page as text. Returns the links."""
+    parsed = _Elements()
+    parsed.feed(page_file.read_text())
+    assert not {"script", "img", "iframe", "object", "embed", "link", "base", "form"} & set(parsed.tags)
+    assert parsed.handlers == []
+    assert [h for h in parsed.hrefs if not h.startswith("#") and not _is_relative(h)] == []
+    page, requests, problems = open_report(browser, page_file)
+    try:
+        page.wait_for_timeout(300)  # an onload/onerror fires late
+        assert problems == [] and requests == [page_file.as_uri()], (problems, requests)
+        assert page.evaluate("() => window.__pwned") is None
+        text = page.evaluate("() => document.body.textContent")
+        for needle in needles:
+            assert needle in text, needle
+    finally:
+        page.close()
+    return parsed.hrefs
+
+
+def test_the_trend_page_shows_every_string_as_text(browser, tmp_path):  # noqa: F811
+    out_dir = tmp_path / "page"
+    # two run reports: one inside the page's folder, in a folder named like a URL scheme
+    scheme_report = out_dir / SCHEME / "index.html"
+    other_report = tmp_path / "runs" / f"r{SINGLE.replace('/', '')}" / "index.html"
+    for report in (scheme_report, other_report):
+        report.parent.mkdir(parents=True)
+        report.write_text("<!DOCTYPE html><title>run</title>")
+    change = {
+        "series": f"series{SCRIPT}", "scenario": f"scenario{ATTRIBUTE}", "aa": False, "mode": "restart",
+        "variant": "candidate", "metric": "median_tpot_ms", "hardware": f"hardware{SCRIPT}",
+        "run": f"run{SCRIPT}", "run_key": "k2", "started": "2026-03-03", "index": 2,
+        "last_run_before": f"before{ATTRIBUTE}", "before": 10.0, "after": 12.0, "magnitude": 0.2, "p_value": 0.01,
+        "kind": "mean", "regression": True, "beyond_max_regression": True,
+        "sglang_commit_before": SCRIPT, "sglang_commit_after": ATTRIBUTE,
+        "harness_commit_before": None, "harness_commit_after": None,
+        "report": str(scheme_report), "report_before": str(other_report),
+    }
+    run = {"run_key": "k", "aa": False, "mode": "restart", "sglang_version": "0.5", "path": "/x"}
+    facts = {
+        "database": f"sqlite:///{SCRIPT}.sqlite", "options": {"max_regression": 0.05},
+        "runs": {"complete": 1, "incomplete": 0, "damaged": 1},
+        "run_list": [
+            {**run, "run": f"run{SCRIPT}", "scenario": f"scenario{ATTRIBUTE}", "status": "complete", "reason": None,
+             "started": f"started{SINGLE}", "verdict": "FAIL", "hardware": f"hardware{SCRIPT}",
+             "sglang_commit": ATTRIBUTE, "harness_commit": SINGLE, "report": str(scheme_report)},
+            {**run, "run": f"broken{SINGLE}", "scenario": None, "status": "damaged", "reason": f"damaged {SCRIPT}",
+             "started": None, "verdict": None, "hardware": f"hardware{SCRIPT}", "sglang_commit": None,
+             "harness_commit": None, "report": str(other_report)},
+        ],
+        "series": [{"series": f"series{SCRIPT}", "scenario": f"scenario{ATTRIBUTE}", "aa": False,
+                    "mode": f"warm{SINGLE}", "variant": f"v{SCRIPT}", "metric": "median_tpot_ms",
+                    "label": f"TPOT{SCRIPT}", "unit": "ms", "worse": "up", "hardware": f"hardware{SCRIPT}",
+                    "runs": ["a", "b", "c"], "values": [10.0, 10.0, 12.0], "change_points": [2]}],
+        "change_points": [change],
+        "gate": {"max_regression": 0.05, "verdict": "FAIL", "failing": [change]},
+    }
+    hrefs = _assert_inert(write_trend_page(facts, out_dir), browser, [
+        f"series{SCRIPT}", f"run{SCRIPT}", f"before{ATTRIBUTE}", f"scenario{ATTRIBUTE}", f"hardware{SCRIPT}",
+        f"sqlite:///{SCRIPT}.sqlite", f"started{SINGLE}", f"broken{SINGLE}", f"damaged {SCRIPT}",
+        f"mode warm{SINGLE}", SCRIPT[:10], ATTRIBUTE[:10], SINGLE[:10],
+    ])
+    assert f"./{SCHEME}/index.html" in hrefs  # a path, not a javascript: URL
+    assert f"../runs/{other_report.parent.name}/index.html" in hrefs
+
+
+@pytest.mark.parametrize("status", ["found", "not narrowed"])
+def test_the_bisection_page_shows_every_string_as_text(browser, tmp_path, status):  # noqa: F811
+    out_dir = tmp_path / "bisect"
+    commit = Commit(hash=f"{ATTRIBUTE}{SCRIPT}", subject=f"subject {SCRIPT}", author_date=f"date{SINGLE}")
+    other = Commit(hash=f"{SINGLE}{SCRIPT}", subject=f"other {ATTRIBUTE}", author_date="2026-01-01")
+    attempts = [out_dir / "steps" / f"01-{SINGLE.replace('/', '')}", out_dir / "steps" / "01-x-try2"]
+    result = BisectResult(
+        request=BisectRequest(scenario_path=Path("s.yaml"), source=Path(f"/src/{SCRIPT}"), good="a", bad="b",
+                              variant=f"v{ATTRIBUTE}"),
+        scenario=f"tiny{SCRIPT}", good=other, bad=commit, commits_in_range=3, rules=[f"rule{SCRIPT}"],
+        plan=StepPlan(rules=[], once=frozenset({(f"arm{SCRIPT}", "profiled")}),
+                      each_step=frozenset({(f"v{ATTRIBUTE}", "profiled")}), statistical=False),
+        out_dir=out_dir, status=status, message=f"message {ATTRIBUTE}",
+        first_bad=commit if status == "found" else None, candidates=[] if status == "found" else [commit, other],
+        steps=[Step(number=1, commit=commit, role=f"role{SCRIPT}", verdict="FAIL", mark="bad",
+                    reason=f"reason {ATTRIBUTE}", attempts=attempts)],
+        baseline_run_dir=out_dir / SCHEME,
+    )
+    out_dir.mkdir()
+    hrefs = _assert_inert(write_page(result), browser, [
+        f"tiny{SCRIPT}", f"v{ATTRIBUTE}", f"/src/{SCRIPT}", f"subject {SCRIPT}", f"date{SINGLE}", f"rule{SCRIPT}",
+        f"arm{SCRIPT}", f"role{SCRIPT}", f"reason {ATTRIBUTE}", commit.hash, commit.short, other.short,
+    ])
+    assert f"./{SCHEME}" in hrefs and f"steps/{attempts[0].name}/index.html" in hrefs

@@ -1,8 +1,8 @@
 """The report's figures: matplotlib, returned as inline SVG text (no external fonts or images).
 
-Every function takes plain data (lists, dicts) and returns an SVG string, so that the figures
-can be tested without a run directory. Colours are fixed per variant and per region so that the
-same thing has the same colour in every figure.
+Every function takes plain data (lists, dicts) and returns an SVG string (marked safe for the page
+templates by `to_svg`), so that the figures can be tested without a run directory. Colours are
+fixed per variant and per region so that the same thing has the same colour in every figure.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from markupsafe import Markup  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 VARIANT_COLOURS = {"baseline": "#4c72b0", "candidate": "#dd8452"}
@@ -65,7 +66,7 @@ def region_colour(region: str, order: Sequence[str] = ()) -> str:
 _svg_counter = 0
 
 
-def to_svg(fig: Figure, label: str) -> str:
+def to_svg(fig: Figure, label: str) -> Markup:
     """The figure as an <svg> element for inlining: no XML prolog, ids unique within the page."""
     global _svg_counter
     _svg_counter += 1
@@ -80,7 +81,11 @@ def to_svg(fig: Figure, label: str) -> str:
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m.group(1)})", svg)
     svg = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{prefix}{m.group(1)}"', svg)
     svg = svg.replace("<svg ", f'<svg role="img" aria-label="{html.escape(label, quote=True)}" class="figure-svg" ', 1)
-    return svg
+    # The one piece of markup the page templates take as is (every other value is escaped): safe by
+    # construction, as it is made here, in this process, by matplotlib's SVG writer, which escapes
+    # every text it draws (names from run directories included: `text.parse_math` is off, so they
+    # stay plain text), plus ids and the label escaped above.
+    return Markup(svg)
 
 
 def _new(width: float, height: float, ncols: int = 1, **kwargs) -> tuple[Figure, list]:
