@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # virtual environment and tiny models under $(SGLANG_CPU), apart from $(VENV). Opt-in; .ci/run does it.
 SGLANG_CPU ?= .sglang-cpu
 
-.PHONY: install test profile clean sglang-cpu
+.PHONY: install test test-sglang-cpu profile clean sglang-cpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The suite on two workers, a test file per worker at a time (its module fixtures are set up once),
+# without the tests of the real SGLang server (their own target: they need the whole machine).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not real_sglang" $(PYTEST_ARGS)
+
+# The real SGLang server on this CPU (needs `make sglang-cpu`), one test at a time.
+test-sglang-cpu: $(STAMP)
+	$(BIN)/python -m pytest -m real_sglang $(PYTEST_ARGS)
 
 # GNU make exits 2 whenever a recipe fails, whatever the recipe's own status (make can only return
 # 0, 1 for -q, or 2). So the verdict's code is said on the last line; `harness run` returns it.

@@ -35,3 +35,14 @@ def terminal_signals():
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+# Markers that follow from a test's fixtures: the test drives Chromium, or starts PostgreSQL.
+FIXTURE_MARKERS = {"browser": "browser", "postgres": "postgres"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)

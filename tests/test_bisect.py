@@ -147,6 +147,7 @@ def planted(tmp_path_factory):
     return {"repo": repo, "hashes": hashes, "out": out, "done": done, "json": json.loads(done.stdout or "null")}
 
 
+@pytest.mark.slow
 def test_bisect_names_the_planted_commit_in_at_most_log2_n_plus_one_steps(planted):
     done, result, hashes = planted["done"], planted["json"], planted["hashes"]
     assert done.returncode == 0, done.stderr
@@ -193,6 +194,7 @@ def test_the_baseline_runs_once_and_each_step_runs_only_the_variant(planted):
         assert set(env["variants"]) == {"baseline", "candidate"}
 
 
+@pytest.mark.slow
 def test_every_step_is_a_run_directory_that_check_and_report_accept(planted, capsys):
     result = planted["json"]
     for step in result["steps"]:
@@ -235,6 +237,7 @@ def test_no_worktree_or_server_is_left_behind(planted):
 # ---- skipped commits ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_commit_whose_server_cannot_start_is_skipped_and_the_range_is_not_narrowed(tmp_path):
     # revision 1 cannot be imported, revision 2 brings the softmax back: which of the two broke it?
     repo, hashes = make_repo(tmp_path, [CLEAN, BROKEN, SOFTMAX_BACK])
@@ -257,6 +260,7 @@ def test_a_commit_whose_server_cannot_start_is_skipped_and_the_range_is_not_narr
     assert_nothing_left(repo, out)
 
 
+@pytest.mark.slow
 def test_a_statistical_rule_runs_a_full_ab_per_step_and_retries_an_inconclusive_one(tmp_path):
     # one timed trial per arm: the TPOT rule can only say INCONCLUSIVE, so the bad revision is tried
     # twice (--retries 1), then skipped, and nothing can be bisected
@@ -370,6 +374,7 @@ def test_adopting_trials_that_are_not_a_disjoint_part_of_one_plan_is_refused(tmp
     (signal.SIGINT, "*/steps/01-*/trials/*-candidate-profiled/server.log"),  # a step's worktree and server
     (signal.SIGTERM, "*/baseline/trials/*/server.log"),
 ])
+@pytest.mark.slow
 def test_an_interrupted_bisection_exits_128_plus_signal_and_cleans_up(tmp_path, signum, wait_for):
     repo, hashes = make_repo(tmp_path, [CLEAN, CLEAN, SOFTMAX_BACK, SOFTMAX_BACK])
     scenario = write_scenario(tmp_path, repo)

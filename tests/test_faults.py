@@ -132,6 +132,7 @@ def test_a_signal_the_harness_was_started_to_ignore_stays_ignored(terminal_signa
 # ---- interrupts of real runs --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigterm_while_a_server_is_being_stopped_lets_the_stop_finish(tmp_path):
     """The server (a stand-in) signals the harness while the harness stops it: the stop runs to its
     end (the server exits by itself, nothing is killed or left), the finished trial stays recorded,
@@ -154,6 +155,7 @@ def test_sigterm_while_a_server_is_being_stopped_lets_the_stop_finish(tmp_path):
 # ---- servers that die, hang or never come up ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_server_killed_mid_block_in_interleaved_mode(tmp_path):
     path = scenario(tmp_path, "killblock", trials={"mode": "interleaved", "repetitions": 2, "launches": 1,
                                                    "profiled": 0, "order": "abba"})
@@ -174,6 +176,7 @@ def test_server_killed_mid_block_in_interleaved_mode(tmp_path):
     assert read_json(run_dir / "run.json")["status"] == "incomplete"
 
 
+@pytest.mark.slow
 def test_server_hung_mid_stream_ends_at_the_request_timeout(tmp_path):
     """SIGSTOP mid-stream: the request times out, the stopped server is still stopped for good."""
     path = scenario(tmp_path, "hang", trials={"mode": "sequential", "repetitions": 1, "launches": 1, "profiled": 0},
@@ -188,6 +191,7 @@ def test_server_hung_mid_stream_ends_at_the_request_timeout(tmp_path):
     assert lost_measurements(before, run_dir) == []
 
 
+@pytest.mark.slow
 def test_trace_truncated_on_disk_fails_the_trial(tmp_path):
     """A rank's trace cut short (its writer died): never taken for a complete one."""
     path = scenario(tmp_path, "trunc", trials={"profiled": 1, "repetitions": 1}, profile={"trace_timeout_s": 3})
@@ -206,6 +210,7 @@ def test_trace_truncated_on_disk_fails_the_trial(tmp_path):
 # ---- the run directory's filesystem ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_file_size_limit_stops_the_run_with_one_line_and_keeps_what_fit(tmp_path):
     """RLIMIT_FSIZE: requests.jsonl cannot grow past the limit. The harness neither dies (SIGXFSZ)
     nor leaves a cut line: the lines that fit stay readable, the run ends incomplete."""
@@ -224,6 +229,7 @@ def test_file_size_limit_stops_the_run_with_one_line_and_keeps_what_fit(tmp_path
     assert read_json(run_dir / "run.json")["status"] == "incomplete"
 
 
+@pytest.mark.slow
 def test_disk_full_mid_run(tmp_path):
     """A small filesystem (tmpfs) filled up from outside once the first trial has finished."""
     mount = tmp_path / "small"
@@ -248,6 +254,7 @@ def test_disk_full_mid_run(tmp_path):
 # ---- ports ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_user_port_taken_in_warm_mode_fails_the_launch_clearly(tmp_path):
     port = free_port()
     taken = Squatter(port + 1)  # the candidate's launch: port + 1
@@ -267,6 +274,7 @@ def test_user_port_taken_in_warm_mode_fails_the_launch_clearly(tmp_path):
     assert [x["status"] for x in launches] == ["stopped", "failed"] and launches[0]["port"] == port
 
 
+@pytest.mark.slow
 def test_a_port_taken_by_another_server_before_ours_binds_it_is_replaced(tmp_path):
     """Another process takes the port the harness chose and answers /health in the server's place:
     the harness notices that the answer is not its server's and starts it again on another port."""

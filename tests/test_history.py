@@ -120,6 +120,7 @@ def test_change_points_are_reproducible():
 # ---- one real run -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_real_run_is_extracted_whole(real_run):
     results = json.loads((real_run / "results.json").read_text())
     record = read_run(real_run)
@@ -224,6 +225,7 @@ def _report(database: Path | str, tmp_path: Path, *extra: str) -> tuple[int, dic
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_the_planted_change_is_found_at_its_run_and_gates(planted_series, tmp_path):
     database = tmp_path / "history.sqlite"
     assert harness("history", "ingest", str(planted_series), "--db", str(database)).returncode == 0
@@ -255,6 +257,7 @@ def test_the_planted_change_is_found_at_its_run_and_gates(planted_series, tmp_pa
     assert page.count("<svg") == len(facts["series"]) and 'id="verdict">NO REGRESSION<' in page
 
 
+@pytest.mark.slow
 def test_an_improvement_does_not_fail_the_gate_and_softmax_coming_back_does(tmp_path):
     for i in range(1, 13):
         series_run(tmp_path, i, base_tpot=20.0, cand_tpot=20.0 if i < 7 else 15.0, cand_softmax=2 if i == 12 else 0)
@@ -271,6 +274,7 @@ def test_an_improvement_does_not_fail_the_gate_and_softmax_coming_back_does(tmp_
         "kernels:DRAFT_DECODE:softmax", "kernels:DRAFT_EXTEND:softmax"]
 
 
+@pytest.mark.slow
 def test_an_empty_database_is_inconclusive_and_bad_input_is_one_line(tmp_path):
     code, facts = _report(tmp_path / "empty.sqlite", tmp_path)
     assert code == 3 and facts["gate"]["verdict"] == "NO DATA"
@@ -318,6 +322,7 @@ def _ingest_twice_at_once(root: Path, database: str) -> list[subprocess.Complete
     return out
 
 
+@pytest.mark.slow
 def test_two_ingesters_at_once_store_each_run_once_sqlite(planted_series, tmp_path):
     database = tmp_path / "history.sqlite"
     for done in _ingest_twice_at_once(planted_series, str(database)):
@@ -339,6 +344,7 @@ def postgres():
     server.stop()
 
 
+@pytest.mark.slow
 def test_postgresql_ingest_report_and_two_ingesters(postgres, planted_series, real_run, tmp_path):
     url = postgres.create_database("history_test")
     runs = _ingest_twice_at_once(planted_series, url)

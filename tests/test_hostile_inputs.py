@@ -50,6 +50,7 @@ def test_fuzzed_nsys_exports(data):
         _judge(data.draw(hostile.nsys_case(Path(tmp))))
 
 
+@pytest.mark.slow
 @settings(max_examples=10, **SETTINGS)
 @given(data=st.data())
 def test_fuzzed_run_directories(data, base_runs):
@@ -209,6 +210,7 @@ def test_a_stored_scenario_cut_short_is_one_line(run_copy, capsys):
     _one_line(capsys, main(["check", str(run_copy)]), "scenario.yaml: cut short", "--scenario FILE")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [2, "1", None])
 def test_another_schema_version_is_one_line(run_copy, capsys, version):
     for name in ("run.json", "analysis.json"):

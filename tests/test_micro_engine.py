@@ -121,6 +121,7 @@ def _profile_counts(engine: MicroEngine, out_dir: Path, profile_id: str, num_ste
     return {mode: [s.ops for s in spans] for mode, spans in summarize(trace).by_mode().items()}
 
 
+@pytest.mark.slow
 def test_softmax_only_in_draft_regions_without_fast_path(engines: list[MicroEngine], tmp_path: Path) -> None:
     steps = 4
     off = _engine(SMALL, num_steps=steps, fast_path=False)
@@ -149,6 +150,7 @@ def test_topk_above_one_keeps_the_softmax_path(engines: list[MicroEngine], tmp_p
     assert counts["DRAFT_EXTEND_V2"] == [2, 2]
 
 
+@pytest.mark.slow
 def test_inject_delay_busy_waits_inside_every_draft_decode_and_changes_no_output(
     engines: list[MicroEngine], tmp_path: Path
 ) -> None:

@@ -136,12 +136,14 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         assert server.terminate() == 0, server.log()
 
 
+@pytest.mark.slow
 def test_string_step_counts_over_http(server) -> None:
     response = httpx.post(f"{server.url}/start_profile", json={"num_steps": "five"})
     assert response.status_code == 400 and "num_steps" in response.json()["error"]["message"]
     assert httpx.post(f"{server.url}/stop_profile").status_code == 400  # nothing was started
 
 
+@pytest.mark.slow
 def test_sglang_profiler_client_drives_the_micro_server_to_a_trace(server, wheel_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "profiles"
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}

@@ -118,6 +118,7 @@ def _stream(url: str, payload: dict) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_health_info_and_generate(server_on: RunningServer) -> None:
     url = server_on.url
     assert httpx.get(f"{url}/health").status_code == 200
@@ -201,6 +202,7 @@ def test_bad_requests_get_4xx_and_the_server_lives_on(server_on: RunningServer) 
     assert _generate(url, {"text": "still alive", "sampling_params": _greedy(3)}).status_code == 200
 
 
+@pytest.mark.slow
 def test_concurrent_requests_are_batched(server_on: RunningServer, profile_dir: Path) -> None:
     url = server_on.url
     assert httpx.post(f"{url}/flush_cache").status_code == 200
@@ -311,6 +313,7 @@ def test_bad_flags_exit_2(flags: list[str]) -> None:
     assert "usage:" in result.stderr and "error:" in result.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_shuts_down_cleanly_during_a_stream(tmp_path: Path) -> None:
     server = start_server(tmp_path, *SMALL_FLAGS, "--log-level", "info")
     try:

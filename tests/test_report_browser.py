@@ -97,6 +97,7 @@ def copy_with_verdict(run_dir: Path, tmp_path: Path, verdict: str) -> Path:
 # ---- without a browser --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_run_report_files(real_run):
     results = json.loads((real_run / "results.json").read_text())
     page = (real_run / "index.html").read_text()
@@ -127,6 +128,7 @@ def test_real_run_report_files(real_run):
             assert f'href="./{rel}/{trace}"' in page and (trial_json.parent / trace).exists()
 
 
+@pytest.mark.slow
 def test_real_run_counts_show_the_softmax_where_it_should_be(real_run):
     from harness.report import analysis_view as av
     from harness.report.data import load_report_data

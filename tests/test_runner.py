@@ -109,6 +109,7 @@ def full_run(tmp_path_factory):
     return result
 
 
+@pytest.mark.slow
 def test_full_run_completes_with_every_file_of_the_contract(full_run):
     run_dir = full_run.run_dir
     assert full_run.status == "complete" and full_run.error is None and full_run.exit_code is None
@@ -212,6 +213,7 @@ def test_full_run_leaves_no_server(full_run):
 # ---- failures -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_server_exiting_at_startup_ends_the_run_with_one_line_and_keeps_earlier_trials(tmp_path, capsys, monkeypatch):
     path = write_scenario(tmp_path, candidate={"args": {"--no-such-flag": True}})
     evaluated: list[Path] = []
@@ -237,6 +239,7 @@ def test_server_exiting_at_startup_ends_the_run_with_one_line_and_keeps_earlier_
     assert_no_server_left(run_dir)
 
 
+@pytest.mark.slow
 def test_server_that_never_becomes_healthy(tmp_path):
     path = write_scenario(
         tmp_path,
@@ -257,6 +260,7 @@ def test_server_that_never_becomes_healthy(tmp_path):
     assert_no_server_left(result.run_dir)
 
 
+@pytest.mark.slow
 def test_port_already_taken_fails_the_trial_clearly(tmp_path):
     path = write_scenario(tmp_path)
     with socket.socket() as taken:
@@ -272,6 +276,7 @@ def test_port_already_taken_fails_the_trial_clearly(tmp_path):
     assert read_json(result.run_dir / "trials/00-baseline-profiled/trial.json")["server_pid"] is None
 
 
+@pytest.mark.slow
 def test_failing_requests_are_recorded_and_fail_the_trial(tmp_path):
     # The micro engine decodes greedily only: temperature > 0 is a 400, as a bad sampling param in SGLang.
     path = write_scenario(tmp_path, workload={"temperature": 0.5}, trials={"profiled": 0})
@@ -289,6 +294,7 @@ def test_failing_requests_are_recorded_and_fail_the_trial(tmp_path):
     assert_no_server_left(result.run_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["restart", "interleaved", "sequential"])
 def test_ctrl_c_mid_run_exits_130_keeps_the_measurements_and_stops_the_server(tmp_path, mode):
     """Ctrl-C while requests are in flight, at a point the test controls: once two measured requests
@@ -351,6 +357,7 @@ def _patch_module(directory: Path) -> str:
     return "harness_test_patch_marker"
 
 
+@pytest.mark.slow
 def test_variant_patches_are_imported_into_the_server(tmp_path):
     module = _patch_module(tmp_path)
     path = write_scenario(tmp_path, baseline={"args": {"--disable-topk1-fast-path": True}, "patches": [module],
@@ -362,6 +369,7 @@ def test_variant_patches_are_imported_into_the_server(tmp_path):
     assert "harness bootstrap" not in (result.run_dir / "trials/01-candidate-timed/server.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_shadowed_patch_bootstrap_fails_the_trial(tmp_path):
     # A variant's PYTHONPATH entry with its own sitecustomize comes first and shadows the bootstrap:
     # the patch never loads, and the trial must not measure the unpatched code as the baseline.
@@ -396,6 +404,7 @@ def _launch_records(run_dir: Path) -> list[dict]:
     return [read_json(p) for p in sorted(run_dir.glob("launches/*/launch.json"))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["interleaved", "sequential"])
 def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     path = write_scenario(tmp_path, trials={"mode": mode, "repetitions": 4, "launches": 2, "profiled": 1,
@@ -453,6 +462,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
         assert f'<a href="./{x["dir"]}/server.log">server.log</a>' in page
 
 
+@pytest.mark.slow
 def test_warm_launch_that_exits_at_startup_ends_the_run_and_stops_the_others(tmp_path):
     path = write_scenario(tmp_path, candidate={"args": {"--no-such-flag": True}},
                           trials={"mode": "interleaved", "repetitions": 2, "launches": 1, "profiled": 0})
@@ -477,6 +487,7 @@ def test_warm_dry_run_prints_launches_and_rounds(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_planted_slowdown_fails_the_tpot_rule_while_the_kernel_rules_pass(tmp_path, capsys):
     """The candidate keeps the fast path (no softmax) but busy-waits 20 ms in every draft cycle, far
     more than a tiny cycle takes: `harness run` ends FAIL (exit 1) on the TPOT rule alone."""
@@ -514,6 +525,7 @@ def test_server_cpus_resolve_against_the_harness_cpus_from_before_it_kept_off_th
     assert sorted(os.sched_getaffinity(0)) == cpus and server_cpus(scenario) == pinned
 
 
+@pytest.mark.slow
 @needs_two_cpus
 def test_a_pinned_run_puts_every_server_on_the_last_cpu_and_gives_the_harness_its_cpus_back(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))

@@ -44,6 +44,7 @@ def _listening_addresses(port: int) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_micro_server_listens_on_loopback_by_default(tmp_path):
     if not os.path.exists("/proc/net/tcp"):
         pytest.skip("needs /proc/net/tcp")
@@ -108,6 +109,7 @@ def micro_server(tmp_path_factory):
         ("output_dir", "/tmp/nul\x00"),
     ],
 )
+@pytest.mark.slow
 def test_micro_server_refuses_names_that_form_a_path(micro_server, field, value):
     server, root = micro_server
     body = {"output_dir": str(root / "out"), "profile_id": "ok", "num_steps": 1, field: value}

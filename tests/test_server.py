@@ -32,6 +32,7 @@ def fake(mode: str, port: int) -> ServerCommand:
     return ServerCommand([sys.executable, str(FAKE_SERVER), "--port", str(port)], {"FAKE_SERVER_MODE": mode})
 
 
+@pytest.mark.slow
 def test_healthy_server_starts_and_stop_kills_its_whole_group(tmp_path):
     port = free_port()
     # The server leaves a grandchild in its group that ignores SIGTERM: stop must still end it.

@@ -104,6 +104,7 @@ def assert_same(stand_in, kernel, where: str) -> None:
 # ---- what ran -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_cpu_branch_called_the_stand_ins_and_the_others_the_triton_kernels(results):
     cpu = results["cpu"]["bindings"]
     assert Path(cpu["sgl_kernel_file"]).is_relative_to(STAND_INS_DIR)

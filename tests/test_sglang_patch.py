@@ -262,6 +262,7 @@ def test_broken_chained_sitecustomize_warns_like_python_and_patches_still_apply(
     assert "Error in sitecustomize" in proc.stderr and "RuntimeError: broken on purpose" in proc.stderr
 
 
+@pytest.mark.slow
 def test_patch_applies_in_a_multiprocessing_spawn_child(tmp_path):
     # SGLang's scheduler is a spawned child: it must get the patch from its own start-up, not
     # from the parent (which here never imports the worker module at all).
@@ -321,6 +322,7 @@ def test_patch_imported_after_the_worker_module_still_applies(tmp_path):
     assert proc.stderr.count("harness patch applied:") == 2
 
 
+@pytest.mark.slow
 def test_rocm_only_helper_mismatch_is_reported_not_fatal_off_rocm(tmp_path):
     # draft_topk1_argmax_only is called only under `_is_hip`; on CUDA (and this CPU) a changed
     # signature must not stop the server, but the applied line says it was left alone.

@@ -97,6 +97,7 @@ def run_snippet(code: str, *, patched: bool, wheel_root: Path, cwd: Path) -> sub
 # ---- how the real code was loaded -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_real_modules_run_and_every_other_sglang_module_is_accounted_for(probes):
     for (platform, patched), result in probes.items():
         loaded = result["loaded"]
@@ -255,6 +256,7 @@ def test_rewritten_method_reports_the_real_line_numbers(probes, wheel_root):
 # ---- MultiLayerEagleWorkerV2 ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_multi_layer_worker_has_no_fast_path_to_restore(wheel_root, tmp_path):
     proc = run_snippet("""
         import types

@@ -187,6 +187,7 @@ def _artifact_name(scenario: str, runner: str) -> str:
     return text.split("=", 1)[1]
 
 
+@pytest.mark.slow
 def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
     """The history job's own shell steps, run with the real harness on artifacts laid out as
     download-artifact lays them out (artifacts/<artifact name>/<run directory>/)."""
