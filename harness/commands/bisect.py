@@ -85,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from harness.bisect import BisectRequest, run_bisection
+    from harness.extras import require_extras
+
+    require_extras("report")  # each step's report and the bisection page
 
     request = BisectRequest(scenario_path=Path(args.scenario), source=Path(args.source), good=args.good, bad=args.bad,
                             variant=args.variant, rules=tuple(args.rules), retries=args.retries, out_root=Path(args.out))

@@ -17,7 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from harness.extras import require_extras
     from harness.report import append_step_summary, build_report
+
+    require_extras("report")
 
     paths = build_report(Path(args.run_dir))
     print(f"{paths.verdict or 'NO VERDICT'}: {paths.html}")
