@@ -132,3 +132,16 @@ def test_run_dry_run_needs_only_the_core(core):
     result, refused = core("run", "scenarios/micro_topk1.yaml", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "server launches" in result.stdout and refused == []
+
+
+def test_a_path_that_escapes_the_checks_still_gets_one_line(core):
+    """Without `report`'s own check, the report's first matplotlib import is caught by the CLI."""
+    code = ("import sys, harness.extras\n"
+            "harness.extras.require_extras = lambda *extras: None\n"
+            "from harness.commands.cli import main\n"
+            "sys.exit(main(['report', 'reports/latest']))\n")
+    result, refused = core(code=code)
+    assert (result.returncode, result.stderr.splitlines()) == (2, [
+        "harness report: needs the [report] extra: pip install 'sglang-spec-harness[report]' "
+        "(no module named 'matplotlib')"])
+    assert refused == ["matplotlib"]
