@@ -84,10 +84,10 @@ def _make_progress(stream: TextIO):
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from harness.bisect import BisectRequest, run_bisection
     from harness.extras import require_extras
 
-    require_extras("report")  # each step's report and the bisection page
+    require_extras("report")  # each step's report and the bisection page: before anything imports them
+    from harness.bisect import BisectRequest, run_bisection
 
     request = BisectRequest(scenario_path=Path(args.scenario), source=Path(args.source), good=args.good, bad=args.bad,
                             variant=args.variant, rules=tuple(args.rules), retries=args.retries, out_root=Path(args.out))

@@ -18,9 +18,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.extras import require_extras
-    from harness.report import append_step_summary, build_report
 
-    require_extras("report")
+    require_extras("report")  # before anything imports the report's modules
+    from harness.report import append_step_summary, build_report
 
     paths = build_report(Path(args.run_dir))
     print(f"{paths.verdict or 'NO VERDICT'}: {paths.html}")
