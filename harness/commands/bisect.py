@@ -84,6 +84,9 @@ def _make_progress(stream: TextIO):
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from harness.extras import require_extras
+
+    require_extras("report")  # each step's report and the bisection page: before anything imports them
     from harness.bisect import BisectRequest, run_bisection
 
     request = BisectRequest(scenario_path=Path(args.scenario), source=Path(args.source), good=args.good, bad=args.bad,

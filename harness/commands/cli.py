@@ -62,6 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessInputError as exc:
         print(f"{name}: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except ModuleNotFoundError as exc:
+        # Commands check their extras before they start; this catches a path that did not.
+        from harness.extras import extra_of_module, install_hint
+
+        extra = extra_of_module(exc.name or "")
+        if extra is None:
+            raise
+        print(f"{name}: {install_hint([extra])} (no module named {exc.name!r})", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except OSError as exc:  # e.g. results.json or the report on a full disk: one line, never a traceback
         what = f"cannot write or read {exc.filename}" if exc.filename else "cannot write its output or read its input"
         print(f"{name}: {what}: {exc.strerror or exc}", file=sys.stderr)

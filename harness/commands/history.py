@@ -66,8 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.extras import require_extras
+
     if args.history_command == "ingest":
+        require_extras("history")
         return _ingest(args)
+    require_extras("history", "report")  # the trend page
     return _report(args)
 
 

@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from harness.extras import require_extras
+
+    require_extras("report")  # before anything imports the report's modules
     from harness.report import append_step_summary, build_report
 
     paths = build_report(Path(args.run_dir))

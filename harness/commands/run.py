@@ -268,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from harness.errors import EXIT_BAD_INPUT, EXIT_PASS
+    from harness.extras import require_extras
     from harness.run.execute import run_scenario
     from harness.scenario import load_scenario
 
@@ -283,6 +284,10 @@ def _run(args: argparse.Namespace) -> int:
             result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
         print_plan(scenario, result, aa=args.aa)
         return EXIT_PASS
+    # Before any server starts: the report comes after the last trial, too late to say it cannot be written.
+    # A micro engine's servers run in this interpreter unless a variant names another (which then needs [micro]).
+    in_this_python = scenario.engine == "micro" and not any(v.python for v in scenario.variants.values())
+    require_extras(*(["micro"] if in_this_python else []), "report")
 
     progress, stop_progress = _make_progress(_use_rich(args))
     try:

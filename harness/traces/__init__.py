@@ -4,6 +4,8 @@ Public API (imported lazily, so that `harness --help` stays instant):
     analyze_traces(paths, patterns=None, regions=None, *, replace_default_regions=False,
                    subject="auto") -> TraceAnalysis
     TraceAnalysis (.to_json_dict(), .from_json_dict(), .count(), *_frame() accessors)
+    count_in_graph_replays(trace_or_profile, pattern, region) -> ReplayCounts  (for unit tests;
+                   raises CountUnavailable where the trace cannot support the count)
     CountRow, PatternTotal, Validity, FileAnalysis, CombinedAnalysis, TopOp  (schema)
     RegionTable, DEFAULT_SGLANG_REGIONS, DEFAULT_COUNT_PATTERNS, read_trace
 """
@@ -15,6 +17,9 @@ import importlib
 _EXPORTS = {
     "analyze_traces": "harness.traces.analysis",
     "TraceAnalysis": "harness.traces.analysis",
+    "count_in_graph_replays": "harness.traces.replays",
+    "ReplayCounts": "harness.traces.replays",
+    "CountUnavailable": "harness.traces.replays",
     "CountRow": "harness.traces.schema",
     "PatternTotal": "harness.traces.schema",
     "Validity": "harness.traces.schema",

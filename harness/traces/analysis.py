@@ -116,6 +116,16 @@ class TraceAnalysis(_Model):
             frames.append(frame.assign(file=self.files[index].path, rank=self.files[index].rank))
         return _concat(frames)
 
+    def instances_frame(self, region: str, pattern: str, unit: str = "graph_launch") -> pd.DataFrame:
+        """The instances behind `count(region, pattern, unit)`'s per-replay figures, one row each:
+        file, rank, ts (its CPU start) and `count` (the matches of `pattern` in it); file by file,
+        by start. graph_launch: the region's graph launches that recorded GPU ops; span: its spans."""
+        if pattern not in self.patterns:
+            raise ValueError(f"instances_frame: no count pattern {pattern!r} in this analysis ({', '.join(self.patterns)})")
+        frames = [counting.instance_counts(t.attribution, t.items, pattern, region, unit).assign(file=f.path, rank=f.rank)
+                  for f, t in zip(self.files, self._trace_tables())]
+        return _concat(frames)[["file", "rank", "ts", "count"]]
+
     def spans_frame(self) -> pd.DataFrame:
         """The region span instances: name, kind, pid, tid, ts, dur, region."""
         return _concat([t.attribution.spans.assign(file=f.path, rank=f.rank)

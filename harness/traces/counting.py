@@ -67,36 +67,32 @@ def count_rows(
     patterns: Sequence[NamedPattern],
     table: RegionTable,
 ) -> list[CountRow]:
-    launches, spans, frame = attribution.launches, attribution.spans, items.frame
+    launches, frame = attribution.launches, items.frame
     known = per_graph_counts_known(trace)
-    graph_item = frame["is_graph"].to_numpy() & (frame["launch"].to_numpy() >= 0)
     eager_item = ~frame["is_graph"].to_numpy()
     span_of_item = frame["span"].to_numpy()
     launch_of_item = frame["launch"].to_numpy()
-    is_graph_launch = launches["is_graph"].to_numpy()
     recorded = launches["gpu_ops"].to_numpy() > 0
     match = items.match
     names = frame["name"].astype(object).to_numpy()
     dur = frame["dur"].to_numpy()
     rows: list[CountRow] = []
     for region in [*table.region_names, NO_REGION]:
-        region_launches = is_graph_launch & (launches["region"].to_numpy() == region)
+        region_launches = graph_launches_of(attribution, region)
         if items.subject == "gpu_ops" and region_launches.any():
             replayed = region_launches & recorded
             for p in patterns:
-                hit = graph_item & match[p.name]
-                per_launch = np.bincount(launch_of_item[hit], minlength=len(launches))
+                hit, per_launch = matches_per_launch(attribution, items, p.name)
                 in_region = hit & region_launches[np.maximum(launch_of_item, 0)]
                 rows.append(
                     _row(region, "graph_launch", p.name, per_launch[replayed], names[in_region], dur[in_region],
                          empty=int((region_launches & ~recorded).sum()),
                          note=None if known else GRAPH_MODE_NOTE.format(mode=trace.graph_trace_mode))
                 )
-        region_spans = (spans["region"].to_numpy() == region) if len(spans) else np.zeros(0, dtype=bool)
+        region_spans = spans_of(attribution, region)
         if region != NO_REGION and region_spans.any():
             for p in patterns:
-                hit = eager_item & match[p.name] & (span_of_item >= 0)
-                per_span = np.bincount(span_of_item[hit], minlength=len(spans))
+                hit, per_span = matches_per_span(attribution, items, p.name)
                 in_region = hit & region_spans[np.maximum(span_of_item, 0)]
                 rows.append(_row(region, "span", p.name, per_span[region_spans], names[in_region], dur[in_region]))
         outside = eager_item & (span_of_item < 0)
@@ -105,6 +101,51 @@ def count_rows(
                 hit = outside & match[p.name]
                 rows.append(_row(region, "trace", p.name, np.array([hit.sum()]), names[hit], dur[hit]))
     return rows
+
+
+def graph_launches_of(attribution: Attribution, region: str) -> np.ndarray:
+    """Which launches are graph launches of `region`."""
+    launches = attribution.launches
+    return launches["is_graph"].to_numpy() & (launches["region"].to_numpy() == region)
+
+
+def spans_of(attribution: Attribution, region: str) -> np.ndarray:
+    """Which spans are instances of `region`."""
+    spans = attribution.spans
+    return (spans["region"].to_numpy() == region) if len(spans) else np.zeros(0, dtype=bool)
+
+
+def matches_per_launch(attribution: Attribution, items: Items, pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """The items a graph replay ran that match `pattern`, and their number per launch."""
+    frame = items.frame
+    launch = frame["launch"].to_numpy()
+    hit = frame["is_graph"].to_numpy() & (launch >= 0) & items.match[pattern]
+    return hit, np.bincount(launch[hit], minlength=len(attribution.launches))
+
+
+def matches_per_span(attribution: Attribution, items: Items, pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """The eager items (GPU ops launched inside a span, or CPU ops) that match `pattern`, and their
+    number per span."""
+    frame = items.frame
+    span = frame["span"].to_numpy()
+    hit = ~frame["is_graph"].to_numpy() & (span >= 0) & items.match[pattern]
+    return hit, np.bincount(span[hit], minlength=len(attribution.spans))
+
+
+def instance_counts(attribution: Attribution, items: Items, pattern: str, region: str, unit: str) -> pd.DataFrame:
+    """Each instance that `count_rows` counts for (region, unit), by start: `ts` (its CPU start) and
+    `count`, the matches of `pattern` in it. graph_launch: the region's graph launches that recorded
+    GPU ops; span: the region's spans."""
+    if unit == "graph_launch":
+        chosen = graph_launches_of(attribution, region) & (attribution.launches["gpu_ops"].to_numpy() > 0)
+        table, counts = attribution.launches, matches_per_launch(attribution, items, pattern)[1]
+    elif unit == "span":
+        chosen = spans_of(attribution, region)
+        table, counts = attribution.spans, matches_per_span(attribution, items, pattern)[1]
+    else:
+        raise ValueError(f"instance_counts: unit must be graph_launch or span, not {unit!r}")
+    frame = pd.DataFrame({"ts": table["ts"].to_numpy()[chosen], "count": counts[chosen]})
+    return frame.sort_values("ts", kind="stable", ignore_index=True)
 
 
 def main_unit_counts(rows: Sequence[CountRow]) -> dict[str, RegionCounts]:

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from typing import Any, Callable
 
 import numpy as np
 
-from harness.verdict.stats.base import (
-    FAIL,
-    INCONCLUSIVE,
-    MIN_TRIALS,
-    PASS,
-    GainDecision,
-    RatioEstimate,
-    Verdict,
-    _check_unit,
-)
+from harness.verdict.stats.base import INCONCLUSIVE, MIN_TRIALS, GainDecision, _check_unit
+from harness.verdict.stats.decision import apply_gain_rule, decision_builder
+from harness.verdict.stats.paired import paired_tpot_gain_decision
 from harness.verdict.stats.unpaired import (
     _mde_from_interval,
     mann_whitney,
@@ -25,36 +17,7 @@ from harness.verdict.stats.unpaired import (
 )
 
 # --------------------------------------------------------------------------------------------------
-# TPOT gain rule
-
-
-def _decision_builder(
-    est: RatioEstimate, *, min_gain: float, alpha: float, power: float, mde: float | None, needed: float | None
-) -> Callable[..., GainDecision]:
-    """`decision(verdict, reason, ps=(p_value, p_pass, p_slower, p_short), kind=fail_kind)` for one
-    estimate: the paired and unpaired rules report in the same shape."""
-
-    def decision(
-        verdict: Verdict, reason: str, *, ps: tuple = (None,) * 4, kind: str | None = None
-    ) -> GainDecision:
-        return GainDecision(
-            verdict=verdict,
-            reason=reason,
-            min_gain=float(min_gain),
-            alpha=float(alpha),
-            power=float(power),
-            estimate=est,
-            gain=est.gain,
-            p_value=ps[0],
-            p_pass=ps[1],
-            p_slower=ps[2],
-            p_short=ps[3],
-            fail_kind=kind,
-            mde=mde,
-            gain_needed_to_pass=needed,
-        )
-
-    return decision
+# TPOT gain rule (unpaired; the rule itself, shared with the paired and nested modes, is in decision.py)
 
 
 def tpot_gain_decision(
@@ -104,10 +67,6 @@ def tpot_gain_decision(
     _check_unit("alpha", alpha)
     _check_unit("power", power)
     if paired:
-        from harness.verdict.stats.paired import (
-            paired_tpot_gain_decision,  # paired builds on this module
-        )
-
         return paired_tpot_gain_decision(
             baseline, candidate, min_gain=min_gain, confidence=confidence, alpha=alpha, power=power
         )
@@ -119,7 +78,7 @@ def tpot_gain_decision(
     mde = _mde_from_interval(est, power) if est.reliable else None
     needed = None if mde is None else 1.0 - t * (1.0 - mde)
 
-    decision = _decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
+    decision = decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
 
     if est.ratio is None:
         return decision(INCONCLUSIVE, f"no usable data: {est.reason}")
@@ -140,63 +99,5 @@ def tpot_gain_decision(
         f"ratio {est.ratio:.4f} [{est.ci_low:.4f}, {est.ci_high:.4f}] ({confidence:.0%}), "
         f"gain {1 - est.ratio:+.2%}, min_gain {min_gain:.2%}"
     )
-    return _apply_gain_rule(decision, est, ps, summary, t=t, alpha=alpha, power=power, mde=mde,
+    return apply_gain_rule(decision, est, ps, summary, t=t, alpha=alpha, power=power, mde=mde,
                             test="rank test")
-
-
-def _apply_gain_rule(
-    decision: Any,
-    est: RatioEstimate,
-    ps: tuple,
-    summary: str,
-    *,
-    t: float,
-    alpha: float,
-    power: float,
-    mde: float | None,
-    test: str,
-) -> GainDecision:
-    """The verdict rule shared by the unpaired and the paired TPOT decision (see their docstrings).
-
-    `ps` = (two-sided p, p_pass, p_slower, p_short) of the mode's one-sided rank test.
-    """
-    _, p_pass, p_slower, p_short = ps
-    if not est.reliable:
-        return decision(INCONCLUSIVE, f"{summary}; estimate not reliable: {est.reason}", ps=ps)
-    lo, hi = est.ci_low, est.ci_high
-    assert lo is not None and hi is not None
-    a2 = alpha / 2
-    if hi < t and p_pass < a2:
-        return decision(PASS, f"{summary}: the whole interval is below {t:.4f}", ps=ps)
-    if lo > 1.0 and p_slower < a2:
-        return decision(
-            FAIL,
-            f"{summary}: candidate is significantly slower (interval above 1)",
-            ps=ps,
-            kind="slower",
-        )
-    if lo > t and p_short < a2:
-        return decision(
-            FAIL,
-            f"{summary}: gain is significantly below min_gain (interval above {t:.4f})",
-            ps=ps,
-            kind="below_min_gain",
-        )
-    # Inconclusive: say why.
-    if hi < t:
-        why = f"interval clears {t:.4f} but the {test} does not (p={p_pass:.3g} >= {a2:g})"
-    elif lo > t:
-        why = (
-            f"interval is above {t:.4f} but the {test} does not confirm "
-            f"(p={p_short:.3g} >= {a2:g})"
-        )
-    else:
-        why = f"interval contains the required ratio {t:.4f}"
-    if mde is not None:
-        why += (
-            f"; these data detect gains >= {mde:.2%} with {power:.0%} power, "
-            f"a PASS needs a true gain of about {1 - t * (1 - mde):.2%}"
-        )
-    return decision(INCONCLUSIVE, f"{summary}: {why}", ps=ps)
-
-

@@ -44,7 +44,7 @@ from harness.verdict.stats.base import (
     _Result,
     _z,
 )
-from harness.verdict.stats.gain import _apply_gain_rule, _decision_builder
+from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from harness.verdict.stats.paired import MIN_PAIRS
 
 # Fewest launches per arm for a reliable estimate: with one, s_launch cannot be told from delta.
@@ -298,7 +298,7 @@ def nested_tpot_gain_decision(
         k = float(_st.t.ppf((1 + confidence) / 2, fit.df)) + _z(power)
         mde = 1.0 - math.exp(-k * fit.se)
         needed = 1.0 - t * (1.0 - mde)
-    decision = _decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
+    decision = decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
     where = f"{fit.n_blocks} blocks in {sum(fit.n_launches.values())} launches"
     if est.ratio is None:
         return decision(INCONCLUSIVE, f"{where}: no usable data: {est.reason}"), fit
@@ -316,5 +316,5 @@ def nested_tpot_gain_decision(
               if fit.sd_launch is not None else f"block-to-block sd {fit.sd_block:.2%}")
     summary = (f"{where} (df {fit.df:.1f}; {spread}): ratio {est.ratio:.4f} [{est.ci_low:.4f}, {est.ci_high:.4f}] "
                f"({confidence:.0%}), gain {1 - est.ratio:+.2%}, min_gain {min_gain:.2%}")
-    return _apply_gain_rule(decision, est, ps, summary, t=t, alpha=alpha, power=power, mde=mde,
+    return apply_gain_rule(decision, est, ps, summary, t=t, alpha=alpha, power=power, mde=mde,
                             test="mixed-model t test"), fit

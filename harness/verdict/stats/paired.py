@@ -20,7 +20,7 @@ from harness.verdict.stats.base import (
     _check_unit,
     _clean,
 )
-from harness.verdict.stats.gain import _apply_gain_rule, _decision_builder
+from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 
 # --------------------------------------------------------------------------------------------------
 # Paired mode (interleaved runs: one baseline and one candidate trial per repetition)
@@ -315,7 +315,7 @@ def paired_tpot_gain_decision(
     needed = None if mde is None else 1.0 - t * (1.0 - mde)
     n = est.n_baseline
 
-    decision = _decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
+    decision = decision_builder(est, min_gain=min_gain, alpha=alpha, power=power, mde=mde, needed=needed)
 
     if est.ratio is None:
         return decision(INCONCLUSIVE, f"paired over {n} repetitions: no usable data: {est.reason}")
@@ -332,7 +332,7 @@ def paired_tpot_gain_decision(
         f"[{est.ci_low:.4f}, {est.ci_high:.4f}] ({confidence:.0%}), "
         f"gain {1 - est.ratio:+.2%}, min_gain {min_gain:.2%}"
     )
-    return _apply_gain_rule(decision, est, ps, summary, t=t, alpha=alpha, power=power, mde=mde,
+    return apply_gain_rule(decision, est, ps, summary, t=t, alpha=alpha, power=power, mde=mde,
                             test="signed-rank test")
 
 
