@@ -4,14 +4,17 @@ delay per cycle) and of any `harness run` directories given after it (against th
 
     .venv/bin/python benchmarks/explained_scaling.py benchmarks/sensitivity_restart.json [RUN_DIR...]
 """
-import json, sys, statistics
+import json
+import sys
+import statistics
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.rundir import RunDir, load_run_dir
 from harness.traces.analysis import analyze_traces
 from harness.verdict import rules
 
-REGIONS = ["DRAFT_DECODE", "DRAFT_EXTEND"]; REF = "TARGET_VERIFY"
+REGIONS = ["DRAFT_DECODE", "DRAFT_EXTEND"]
+REF = "TARGET_VERIFY"
 cache = {}
 def fresh_files(run, trial):
     key = str(trial.dir)
@@ -47,7 +50,8 @@ for d in sys.argv[2:]:
     print("profile", round(meas), round(t), round(c), round(s, 3), flush=True)
 for name in ("aa", "planted-0.03", "planted-0.05", "planted-0.1", "profile"):
     rows = [o for o in out if o["set"] == name]
-    if not rows: continue
+    if not rows:
+        continue
     for m in ("per_trial", "per_cycle"):
         err = [o[m] - o["truth"] for o in rows]
         print(f"{name:13s} {m:9s} n={len(rows)} mean err {statistics.mean(err):8.0f} us  sd {statistics.stdev(err) if len(err)>1 else 0:7.0f} us  "

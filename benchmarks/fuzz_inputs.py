@@ -100,9 +100,9 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown classes {sorted(unknown)}; known: {', '.join(hostile.CLASSES)}")
 
-    import harness.commands.cli  # noqa: F401 - imported once here, shared by every forked child
-    import harness.report.html  # noqa: F401
-    import harness.traces.analysis  # noqa: F401
+    import harness.commands.cli
+    import harness.report.html
+    import harness.traces.analysis
     import harness.verdict.rules  # noqa: F401
 
     started = time.perf_counter()

@@ -192,7 +192,7 @@ def main() -> None:
             if f is None:
                 execute(mode, "aa", None, None, i)
             else:
-                execute(mode, f"planted-{f:g}", f, int(round(f * calibration["cycle_ms"] * 1000)), i)
+                execute(mode, f"planted-{f:g}", f, round(f * calibration["cycle_ms"] * 1000), i)
 
     if calibration:  # sized beforehand: every condition in one shuffled order
         run_jobs(aa_jobs + planted_jobs)

@@ -10,7 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -49,7 +49,7 @@ def _check_regex(value: str) -> str:
     return value
 
 
-ServerArgValue = Union[bool, int, float, str, list[Union[int, float, str]], None]
+ServerArgValue = bool | int | float | str | list[int | float | str] | None
 
 
 def _check_args(args: dict[str, ServerArgValue]) -> dict[str, ServerArgValue]:
@@ -145,7 +145,7 @@ class FilePrompts(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    prompts: Annotated[Union[SyntheticPrompts, FilePrompts], Field(discriminator="source")] = Field(
+    prompts: Annotated[SyntheticPrompts | FilePrompts, Field(discriminator="source")] = Field(
         default_factory=SyntheticPrompts
     )
     num_requests: int = Field(16, ge=1, description="measured requests per trial (warmup excluded)")
@@ -206,7 +206,7 @@ class TrialsSpec(_Strict):
         return (self.launches or DEFAULT_LAUNCHES) if self.warm else self.repetitions
 
     @model_validator(mode="after")
-    def _warm_fields(self) -> "TrialsSpec":
+    def _warm_fields(self) -> TrialsSpec:
         for name in ("launches", "block_requests"):
             if not self.warm and getattr(self, name) is not None:
                 raise _LocatedError(f"trials.{name}", "only for mode interleaved or sequential (restart launches once per sample)")
@@ -264,7 +264,7 @@ class RegionsSpec(_Strict):
     rules: list[RegionRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _rules_when_replacing(self) -> "RegionsSpec":
+    def _rules_when_replacing(self) -> RegionsSpec:
         if self.replace and not self.rules:
             raise ValueError("replace: true needs at least one rule (an empty table labels nothing)")
         return self
@@ -289,7 +289,7 @@ class KernelCountCheck(_Check):
     at_least: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
-    def _one_bound(self) -> "KernelCountCheck":
+    def _one_bound(self) -> KernelCountCheck:
         given = [k for k in ("equals", "at_most", "at_least") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one bound: equals, at_most or at_least")
@@ -338,7 +338,7 @@ class ExplainedGainCheck(_Comparison):
 
 
 Check = Annotated[
-    Union[KernelCountCheck, AcceptLengthCheck, OutputIdentityCheck, TpotGainCheck, ExplainedGainCheck],
+    KernelCountCheck | AcceptLengthCheck | OutputIdentityCheck | TpotGainCheck | ExplainedGainCheck,
     Field(discriminator="kind"),
 ]
 
@@ -389,7 +389,7 @@ class Scenario(_Strict):
         return merged
 
     @model_validator(mode="after")
-    def _checks_refer_to_known_things(self) -> "Scenario":
+    def _checks_refer_to_known_things(self) -> Scenario:
         names: set[str] = set()
         for i, check in enumerate(self.checks):
             where = f"checks.{i}"

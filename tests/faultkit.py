@@ -23,7 +23,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from harness.run.interrupts import SIGNALS
 
@@ -309,8 +310,8 @@ class HarnessProcess:
         if fsize_limit is None:
             self.argv = [sys.executable, "-m", "harness.commands.cli", *argv]
         else:  # a file-size limit (RLIMIT_FSIZE) on the harness and everything it starts
-            code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (%d, %d)); "
-                    "from harness.commands.cli import main; sys.exit(main(%r))" % (fsize_limit, fsize_limit, argv))
+            code = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({fsize_limit}, {fsize_limit})); "
+                    f"from harness.commands.cli import main; sys.exit(main({argv!r}))")
             self.argv = [sys.executable, "-c", code]
         self.env = {**os.environ, "CI": "true", MARKER_ENV: self.marker, **(env or {})}
         self.cwd = cwd
@@ -318,7 +319,7 @@ class HarnessProcess:
         self.started = 0.0
         self.elapsed: float | None = None
 
-    def start(self) -> "HarnessProcess":
+    def start(self) -> HarnessProcess:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
         with self.stdout_path.open("wb") as stdout, self.stderr_path.open("wb") as stderr:
@@ -483,7 +484,7 @@ def run_cli_in_process(args: list[str]) -> dict:
             code = cli.main(args)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 2
-        except Exception:  # noqa: BLE001 - what the user would see as a traceback
+        except Exception:
             traceback.print_exc()
             code = 1
     text = err.getvalue().strip()

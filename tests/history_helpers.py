@@ -14,7 +14,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from glob import glob
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import pytest
 from harness.verdict.rules import check_run_dir
 from rundir_factory import Arm, file_facts, write_run_dir
 
-START = datetime(2026, 3, 1, 2, 0, tzinfo=timezone.utc)
+START = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
 
 def series_run(root: Path, i: int, *, base_tpot: float, cand_tpot: float, cand_softmax: int = 0, aa: bool = False,

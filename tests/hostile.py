@@ -41,7 +41,8 @@ import traceback
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import yaml
 from hypothesis import strategies as st
@@ -112,7 +113,7 @@ def run_in_process(argv: list[str]) -> Outcome:
             code = main(argv)
         except SystemExit as exc:  # argparse usage errors
             code = exc.code if isinstance(exc.code, int) else 2
-        except BaseException:  # noqa: BLE001 - a traceback is the finding
+        except BaseException:
             exception = traceback.format_exc()
     return Outcome(code, out.getvalue(), err.getvalue(), time.perf_counter() - started, exception=exception)
 
@@ -137,7 +138,7 @@ def run_forked(argv: list[str], timeout_s: float = 120.0) -> Outcome:
                     code = main(argv)
                 except SystemExit as exc:
                     code = exc.code if isinstance(exc.code, int) else 2
-                except BaseException:  # noqa: BLE001
+                except BaseException:
                     traceback.print_exc()
                     code = 99
                 sys.stdout.flush()

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_wheel  # noqa: E402
+import sglang_wheel
 
 TREE_OPS = ("build_tree_kernel_efficient", "verify_tree_greedy")
 OPS = ("copy_all_layer_kv_cache", "move_accept_tokens", "assign_req_to_token_pool", "fill_bonus_tokens",

@@ -44,7 +44,8 @@ import tempfile
 import types
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 SGLANG_VERSION = "0.5.23"
 WHEEL_NAME = "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
@@ -212,7 +213,7 @@ def lift(path: Path, names: tuple[str, ...], namespace: dict[str, Any]) -> None:
     future = any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body)
     flags = __import__("__future__").annotations.compiler_flag if future else 0
     module = ast.Module(body=[found[n] for n in names], type_ignores=[])
-    exec(compile(module, str(path), "exec", flags=flags, dont_inherit=True), namespace)  # noqa: S102
+    exec(compile(module, str(path), "exec", flags=flags, dont_inherit=True), namespace)
 
 
 # ---- the stand-ins ----------------------------------------------------------------------------------
@@ -333,11 +334,11 @@ class WheelFinder(importlib.abc.MetaPathFinder):
         if name == "sglang":  # what sglang/__init__.py exports for the version, without the rest
             namespace: dict[str, Any] = {}
             version_file = self._file("sglang._version")  # written by the wheel's build (setuptools-scm)
-            exec(compile(version_file.read_text(), str(version_file), "exec"), namespace)  # noqa: S102
+            exec(compile(version_file.read_text(), str(version_file), "exec"), namespace)
             module.__version__ = namespace["__version__"]  # type: ignore[attr-defined]
         if name in LIFTED:
             namespace = {"__name__": name}
-            exec("import torch\n" + LIFTED_GLOBALS.get(name, ""), namespace)  # noqa: S102 - the lifted functions' globals
+            exec("import torch\n" + LIFTED_GLOBALS.get(name, ""), namespace)
             lift(self._file(name), LIFTED[name], namespace)
             for attr in LIFTED[name]:
                 setattr(module, attr, namespace[attr])

@@ -25,7 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_wheel  # noqa: E402
+import sglang_wheel
 
 BLOCK = 8192  # the kernels' split width (_DRAFT_TOPK1_BLOCK): the vocabulary spans 4 splits, the last partial
 VOCAB = 3 * BLOCK + 1000

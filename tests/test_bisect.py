@@ -389,7 +389,7 @@ def test_an_interrupted_bisection_exits_128_plus_signal_and_cleans_up(tmp_path, 
             time.sleep(0.1)
         assert list(out.glob(wait_for)), "the bisection never got there"
         proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=120)
+        _stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -387,7 +387,7 @@ def test_check_cli_bad_run_dir_is_one_line_exit_2(tmp_path, capsys):
 def test_aa_run_reports_noise_floor_and_no_false_verdict(tmp_path):
     a = Arm(tpot_ms=noisy(10.0, n=8))
     b = Arm(tpot_ms=noisy(10.0, n=8))
-    results, rules = rules_by_name(write_run_dir(tmp_path, a, b, aa=True))
+    _results, rules = rules_by_name(write_run_dir(tmp_path, a, b, aa=True))
     r = rules["aa_noise_floor"]
     assert r.verdict == "PASS", r.reason
     assert "smallest detectable gain" in r.reason

@@ -288,7 +288,7 @@ def test_a_port_taken_by_another_server_before_ours_binds_it_is_replaced(tmp_pat
     injected = rogue.start()
     kill_group(first, signal.SIGCONT)
     try:
-        code, last, run_dir = finish(run, damaged=False)
+        _code, last, run_dir = finish(run, damaged=False)
     finally:
         rogue.stop()
     assert read_json(run_dir / "run.json")["status"] == "complete", last

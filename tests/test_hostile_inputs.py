@@ -25,7 +25,7 @@ SETTINGS = dict(derandomize=True, deadline=None, database=None,
 
 
 def _judge(case: hostile.Case) -> None:
-    for step, outcome, found in hostile.run_case(case, hostile.run_in_process):
+    for step, _outcome, found in hostile.run_case(case, hostile.run_in_process):
         assert not found, f"{case.kind} {case.label}: harness {' '.join(step.argv)}: {found}"
 
 

@@ -21,7 +21,7 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 import pytest
@@ -56,14 +56,14 @@ def sglang_profile_req(wheel_root: Path) -> Any:
     msgspec_utils = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(msgspec_utils)
     module = types.ModuleType("sglang_io_struct_profile_req")
-    exec("from __future__ import annotations\nfrom enum import Enum\nfrom typing import Any, Dict, List, Optional\n"  # noqa: S102
+    exec("from __future__ import annotations\nfrom enum import Enum\nfrom typing import Any, Dict, List, Optional\n"
          "import msgspec", module.__dict__)
     module.msgspec_struct_pydantic_core_schema = msgspec_utils.msgspec_struct_pydantic_core_schema
     sys.modules[module.__name__] = module  # msgspec resolves the string annotations through it
     try:
         sglang_wheel.lift(wheel_root / "sglang/srt/managers/io_struct.py", ("BaseReq", "ProfileReqType", "ProfileReq"),
                           module.__dict__)
-        yield TypeAdapter(Optional[module.ProfileReq])
+        yield TypeAdapter(module.ProfileReq | None)
     finally:
         sys.modules.pop(module.__name__, None)
 

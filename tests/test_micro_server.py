@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from harness.micro.trace_summary import summarize
+import itertools
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_FLAGS = ["--vocab-size", "8192", "--num-threads", "1", "--log-level", "warning"]
@@ -162,9 +163,9 @@ def test_streaming_chunks_are_cumulative_and_end_with_done(server_on: RunningSer
     assert all(line.startswith("data: ") for line in lines)
     chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
     ids = [c["output_ids"] for c in chunks]
-    for before, after in zip(ids, ids[1:]):
+    for before, after in itertools.pairwise(ids):
         assert after[: len(before)] == before and len(after) > len(before)
-    assert max(len(b) - len(a) for a, b in zip(ids, ids[1:])) > 1  # speculative: several tokens per step
+    assert max(len(b) - len(a) for a, b in itertools.pairwise(ids)) > 1  # speculative: several tokens per step
     assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     final = chunks[-1]
     assert final["meta_info"]["finish_reason"]["type"] == "length"

@@ -233,7 +233,7 @@ def test_top_kernels_and_region_time_come_from_the_traces(run_dir):
     assert label == "CPU µs"
     assert set(times) == {"baseline", "candidate"}
     assert set(times["baseline"]) == {"DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND"}
-    tables, unit = av.top_kernels(data)
+    tables, _unit = av.top_kernels(data)
     decode = {row.name: row for row in tables["DRAFT_DECODE"]}
     # 2 softmax per draft-decode span in the baseline, none in the candidate
     assert decode["aten::_softmax"].baseline_calls == 2 and decode["aten::_softmax"].candidate_calls is None

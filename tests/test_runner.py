@@ -38,6 +38,7 @@ from harness.rundir import (
     request_line,
 )
 from harness.verdict.rules import evaluate_run
+import itertools
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
@@ -427,7 +428,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
         assert [r["index"] for r in warmups] == [-WARMUP] and all(r["warmup"] for r in warmups)
     if mode == "sequential":  # one server at a time
         spans = sorted((x["started_at_s"], x["stopped_at_s"]) for x in launches)
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
     else:  # all up together, for the whole run
         assert max(x["started_at_s"] for x in launches) < min(x["stopped_at_s"] for x in launches)
     assert_records_read_back_as_written(run_dir)

@@ -133,7 +133,7 @@ def test_a_pinned_server_starts_on_every_cpu_and_runs_every_thread_and_child_on_
             deadline = time.monotonic() + 10  # the child may still be starting its thread
             while True:
                 tasks = {(pid, tid) for pid in _related_pids(server.pid) for tid in _tasks_of(pid)}
-                if len({pid for pid, _ in tasks}) >= 2 and len(tasks) >= 4 or time.monotonic() > deadline:
+                if (len({pid for pid, _ in tasks}) >= 2 and len(tasks) >= 4) or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
             assert len(tasks) >= 4, tasks  # the child's late thread inherits: pinned without a second pass

@@ -80,7 +80,7 @@ def probes(wheel_root, tmp_path_factory) -> dict[tuple[str, bool], dict]:
                 env=child_env(patched), cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = {}
     for key, (out, proc) in running.items():
-        stdout, stderr = proc.communicate(timeout=600)
+        _stdout, stderr = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"probe {key} exited {proc.returncode}:\n{stderr[-4000:]}"
         results[key] = torch.load(out, weights_only=False)
         results[key]["stderr"] = stderr
@@ -165,7 +165,7 @@ def test_baseline_chooses_the_same_tokens_with_the_same_side_effects(probes, pla
     for key in ("draft_tokens", "positions", "parents", "score_index"):
         assert torch.equal(c[key], b[key]), key
         assert c[key].dtype == b[key].dtype and c[key].shape == b[key].shape, key
-    expected_chain = torch.stack([l.float().argmax(dim=-1) for l in inputs["step_logits"]], dim=1)
+    expected_chain = torch.stack([x.float().argmax(dim=-1) for x in inputs["step_logits"]], dim=1)
     assert torch.equal(b["draft_tokens"][:, 1:], expected_chain)
     assert torch.equal(b["positions"], torch.arange(probe.BATCH) + 100 + (probe.STEPS - 1))
     assert c["draft_probs"] is None and b["draft_probs"] is None

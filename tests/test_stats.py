@@ -414,7 +414,7 @@ def test_noise_floor_two_arms_and_identical_values():
     nf = S.noise_floor(lognormal(rng, 10, 0.01, 8), lognormal(rng, 10, 0.01, 8), resamples=B)
     assert nf.split == "given" and nf.repetitions_needed is None and nf.reliable
     flat = S.noise_floor([10.0] * 10, resamples=B)
-    assert not flat.reliable and "identical" in flat.reason or "zero spread" in flat.reason
+    assert (not flat.reliable and "identical" in flat.reason) or "zero spread" in flat.reason
 
 
 # --- (j) paired mode (interleaved repetitions) ------------------------------------------------------

@@ -16,7 +16,8 @@ import copy
 import gzip
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 

@@ -6,7 +6,6 @@ this module gathers the values, `harness/templates/bisect.html` lays them out.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from harness.bisect.result import BisectResult

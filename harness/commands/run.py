@@ -312,7 +312,7 @@ def _run(args: argparse.Namespace) -> int:
                 evaluate_run_dir(result.run_dir)
             except KeyboardInterrupt:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the run's own error below is what matters
+            except Exception as exc:
                 print(f"harness run: checks/report of the incomplete run failed: {_one_line(exc)}", file=sys.stderr)
         for line in result.log_tail[-10:]:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)

@@ -166,8 +166,9 @@ def change_point_facts(series: Series, cp: ChangePoint, max_regression: float) -
     }
 
 
-def history_facts(engine: Engine, options: Options = Options(), *, max_regression: float = 0.05,
+def history_facts(engine: Engine, options: Options | None = None, *, max_regression: float = 0.05,
                   database: str = "") -> dict[str, Any]:
+    options = options or Options()
     runs = load_runs(engine)
     series = load_series(engine, options)
     points = [change_point_facts(s, cp, max_regression) for s in series for cp in s.change_points]

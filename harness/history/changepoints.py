@@ -12,6 +12,7 @@ itself, with no statistics (`zero_changes`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,7 +91,7 @@ def e_divisive(values: Sequence[float], options: Options = Options()) -> list[tu
     tested: dict[tuple[int, int], tuple[int, float, float] | None] = {}
     while True:
         best: tuple[float, int, int, int] | None = None  # (q, start, end, split)
-        for start, end in zip(bounds, bounds[1:]):
+        for start, end in itertools.pairwise(bounds):
             if (start, end) not in tested:
                 segment = x[start:end]
                 if len(segment) < 2 * options.min_size or np.ptp(segment) == 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,7 @@ def to_utc(stamp: Any) -> str | None:
         return None
     if parsed.tzinfo is None:
         parsed = parsed.astimezone()  # naive: the local time of the machine that wrote it
-    return parsed.astimezone(timezone.utc).isoformat(timespec="seconds")
+    return parsed.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _read_json(run_dir: Path, name: str, *, required: bool) -> Any:

@@ -3,6 +3,7 @@ machinery (`harness.report.figures`: same style, same inline-SVG writer)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -23,7 +24,7 @@ def series_figure(values: Sequence[float], change_points: Sequence[tuple[int, bo
         xs = list(range(1, len(values) + 1))
         ax.plot(xs, values, "-o", color=colour, markersize=3.5, linewidth=1)
         bounds = [0, *(i for i, _ in change_points), len(values)]
-        for start, end in zip(bounds, bounds[1:]):
+        for start, end in itertools.pairwise(bounds):
             if end > start:
                 mean = sum(values[start:end]) / (end - start)
                 ax.hlines(mean, start + 0.7, end + 0.3, colors=SEGMENT_COLOUR, linestyles="-", linewidth=1.6, alpha=0.7)

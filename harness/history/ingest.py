@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -97,7 +97,7 @@ def ingest_run(engine: Engine, record: RunRecord) -> Outcome:
 def _insert(conn: sa.Connection, record: RunRecord) -> None:
     row = {column.name: getattr(record, column.name, None) for column in db.runs.columns
            if column.name not in ("id", "run_key", "ingested_at")}
-    row.update(run_key=record.key, ingested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    row.update(run_key=record.key, ingested_at=datetime.now(UTC).isoformat(timespec="seconds"))
     run_id = conn.execute(db.runs.insert().values(**row)).inserted_primary_key[0]
     for table, rows in ((db.variants, record.variants), (db.samples, record.samples), (db.rules, record.rules),
                         (db.kernel_counts, record.kernel_counts)):

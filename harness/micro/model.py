@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from harness.micro.config import (  # noqa: F401  (re-exported)
+from harness.micro.config import (
     HEAD_WEIGHT_MAX,
     HIDDEN_CLAMP,
     HIDDEN_GRID,

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi import Request as HttpRequest
@@ -47,20 +47,20 @@ class ProfileBody(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    rid: Optional[str] = None
-    http_worker_ipc: Optional[str] = None
+    rid: str | None = None
+    http_worker_ipc: str | None = None
     req_type: Literal[1, 2] = 1  # ProfileReqType; /start_profile sets START_PROFILE whatever it says
-    output_dir: Optional[str] = None
-    start_step: Optional[int] = None
-    num_steps: Optional[int] = None
-    activities: Optional[list[str]] = None
+    output_dir: str | None = None
+    start_step: int | None = None
+    num_steps: int | None = None
+    activities: list[str] | None = None
     profile_by_stage: bool = False
-    with_stack: Optional[bool] = None
-    record_shapes: Optional[bool] = None
-    profile_id: Optional[str] = None
+    with_stack: bool | None = None
+    record_shapes: bool | None = None
+    profile_id: str | None = None
     merge_profiles: bool = False
-    profile_prefix: Optional[str] = None
-    profile_stages: Optional[list[str]] = None
+    profile_prefix: str | None = None
+    profile_stages: list[str] | None = None
     detailed_annotations: bool = False
 
 
@@ -306,7 +306,7 @@ def parse_profile(body: Any) -> Any:
         raise BadRequest(f"output_dir must be a directory path without '..' or NUL, got {output_dir[:200]!r}")
     for name in ("profile_prefix", "profile_id"):
         value = getattr(req, name)
-        if value and not FILE_NAME_PART.fullmatch(value) or (name == "profile_id" and value == ""):
+        if (value and not FILE_NAME_PART.fullmatch(value)) or (name == "profile_id" and value == ""):
             raise BadRequest(
                 f"{name} must be a plain file-name part (letters, digits, '.', '_', '+', '=', '-'; "
                 f"at most 128, not starting with a dot), got {value[:200]!r}"
@@ -452,7 +452,7 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
         item = GenerateInput(tokenizer.encode("health"), 1, True, f"HEALTH_CHECK_{uuid.uuid4().hex}")
         try:
             status, _ = await asyncio.wait_for(run_to_end(item), timeout=20)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return error(503, "health_generate timed out")
         return Response(status_code=200) if status == 200 else error(503, "health_generate failed")
 

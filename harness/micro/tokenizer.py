@@ -15,7 +15,7 @@ _VOWELS = "aeiou"  # 5
 SYLLABLES = [c + v for c in _CONSONANTS for v in _VOWELS]  # 95 syllables
 _SYLLABLE_INDEX = {s: i for i, s in enumerate(SYLLABLES)}
 _WORD_SYLLABLES = 3  # 95**3 = 857375 ids, enough for any vocabulary up to that size
-_PSEUDO_WORD = re.compile(r"^(?:[%s][%s]){3}$" % (_CONSONANTS, _VOWELS))
+_PSEUDO_WORD = re.compile(rf"^(?:[{_CONSONANTS}][{_VOWELS}]){{3}}$")
 
 
 class WordTokenizer:

@@ -9,7 +9,8 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 
 class PatchingLoader(importlib.abc.Loader):

@@ -63,7 +63,8 @@ import inspect
 import os
 import sys
 import types
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from harness.patches.import_hooks import after_import, refuse_import
 
@@ -181,7 +182,7 @@ def _sglang_version() -> str:
         from importlib.metadata import version as dist_version
 
         return dist_version("sglang")
-    except Exception:  # noqa: BLE001 - only used in messages
+    except Exception:
         return "unknown"
 
 
@@ -302,7 +303,7 @@ def _recompile_method(module: types.ModuleType, cls: type, spec: dict[str, str])
         compiled_module, func.__code__.co_filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True
     )
     namespace: dict[str, Any] = {}
-    exec(code, module.__dict__, namespace)  # noqa: S102 - the method's own source, two statements changed
+    exec(code, module.__dict__, namespace)
     new_func = namespace[name]
     new_func.__qualname__ = func.__qualname__
     new_func.__doc__ = func.__doc__
@@ -365,7 +366,7 @@ def _apply_and_report(module: types.ModuleType, layout_name: str) -> None:
     except HarnessPatchError as exc:
         _fail(str(exc), layout_name)
         return
-    except Exception as exc:  # noqa: BLE001 - an unexpected failure is still a failed patch
+    except Exception as exc:
         _fail(f"{type(exc).__name__}: {exc}", layout_name)
         return
     if not applied:

@@ -12,7 +12,7 @@ from pathlib import Path
 from harness import files
 from harness.report.summary import append_step_summary
 
-__all__ = ["ReportPaths", "build_report", "append_step_summary", "update_latest_link"]
+__all__ = ["ReportPaths", "append_step_summary", "build_report", "update_latest_link"]
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from markupsafe import Markup  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+from markupsafe import Markup
+from matplotlib.figure import Figure
 
 VARIANT_COLOURS = {"baseline": "#4c72b0", "candidate": "#dd8452"}
 EXTRA_VARIANT_COLOURS = ["#55a868", "#8172b3", "#937860", "#da8bc3"]

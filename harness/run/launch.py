@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from harness.engines import ServerCommand, build_server_command
 from harness.files import WriteError, write_failed
@@ -261,7 +262,7 @@ class Launches:
             self._step(launch, server.wait_ready)
             log = RequestLog(server.dir / "requests.jsonl")
             try:
-                self._step(launch, lambda: server.warm_up(log))
+                self._step(launch, lambda server=server, log=log: server.warm_up(log))
             finally:
                 with interrupts_deferred(), contextlib.suppress(WriteError):
                     log.finish()  # the appended lines stay if the rewrite fails

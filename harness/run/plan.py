@@ -258,7 +258,7 @@ def _warm_plan(scenario: Scenario, names: list[str], arm_config: dict[str, str],
             if ends_pair and not own_launch_for_profiles:
                 j = pair_of_round[r]
                 if by_pair:
-                    steps += profiles(lambda rep: j, [rep for rep in all_reps if rep % per_arm == j])
+                    steps += profiles(lambda rep, j=j: j, [rep for rep in all_reps if rep % per_arm == j])
                 else:
                     steps += profiles(lambda rep: rep % per_arm, all_reps)
     else:  # sequential: launch pair j = each arm's j-th launch, one after the other

@@ -111,7 +111,7 @@ def export_nsys_sqlite(nsys: NsysSpec, report: Path, *, timeout_s: float = 600.0
 
 # ---- the process --------------------------------------------------------------------------------
 
-_LIVE: dict[int, "ServerProcess"] = {}
+_LIVE: dict[int, ServerProcess] = {}
 _LIVE_LOCK = threading.Lock()
 
 
@@ -272,7 +272,7 @@ class ServerProcess:
     def start(self) -> None:
         ensure_port_free(self.host, self.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
+        self._log_file = open(self.log_path, "ab", buffering=0)
         self._log_file.write(f"$ {self.command.shell()}\n".encode())
         env = {**os.environ, **self.command.env}
         try:
@@ -427,7 +427,7 @@ class ServerProcess:
             self._log_file.close()
             self._log_file = None
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         try:
             self.start()
             self.wait_healthy()

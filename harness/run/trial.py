@@ -224,7 +224,7 @@ class TrialRunner:
     def _export_nsys(self, outcome: TrialOutcome) -> None:
         try:
             export_nsys_sqlite(self.scenario.profile.nsys, self.profile_dir / "nsys.nsys-rep")
-        except Exception as exc:  # noqa: BLE001 - recorded on the trial, the run goes on failing closed
+        except Exception as exc:
             if outcome.status == "ok":
                 outcome.status, outcome.error = "failed", f"nsys: {exc}"
 

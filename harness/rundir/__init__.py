@@ -62,9 +62,9 @@ __all__ = [
     "read_json",
     "read_record",
     "read_requests",
-    "validated",
     "record_json",
     "request_line",
+    "validated",
     "write_record",
     "write_requests",
 ]

@@ -19,7 +19,7 @@ Record = TypeVar("Record", bound=BaseModel)
 
 def now() -> str:
     """A record's time stamp: local time with its offset, to the second."""
-    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
 
 
 def record_json(record: BaseModel) -> str:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict  # re-exported by harness.verdict.stats
+from harness.verdict.verdicts import Verdict  # re-exported by harness.verdict.stats
 
 #: Fewest trials per arm for a reliable bootstrap interval and for a PASS/FAIL verdict (see the
 #: coverage table in the module docstring). Also the floor of `repetitions_needed`.

@@ -108,7 +108,7 @@ def _reml_terms(y: np.ndarray, x: np.ndarray, zz: np.ndarray, lam: float) -> tup
     vi_r = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
     sigma2 = float(r @ vi_r) / (n - p)
     logdet_v = 2.0 * float(np.sum(np.log(np.diag(chol))))
-    sign, logdet_x = np.linalg.slogdet(xtvx)
+    _, logdet_x = np.linalg.slogdet(xtvx)
     crit = logdet_v + logdet_x + (n - p) * math.log(max(sigma2, 1e-300))
     return crit, beta, c, sigma2
 

@@ -11,7 +11,8 @@ many names at module level that this path never calls. Slow (Python loops); for 
 
 from __future__ import annotations
 
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
+from collections.abc import Callable
 
 from .attention import build_draft_decode_metadata_cpu, register_attention_ops
 from .ops import (

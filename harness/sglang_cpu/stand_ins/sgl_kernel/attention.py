@@ -20,7 +20,8 @@ def _attend(q, k, v, sm_scale, logit_cap, mask=None):
     H, Hk = q.shape[1], k.shape[1]
     if logit_cap and logit_cap > 0:  # not used by Llama; explicit path
         if Hk != H:
-            k = k.repeat_interleave(H // Hk, dim=1); v = v.repeat_interleave(H // Hk, dim=1)
+            k = k.repeat_interleave(H // Hk, dim=1)
+            v = v.repeat_interleave(H // Hk, dim=1)
         s = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * sm_scale
         s = logit_cap * torch.tanh(s / logit_cap)
         if mask is not None:
@@ -57,8 +58,8 @@ def extend_attention_cpu(q, k, v, o, k_buffer, v_buffer, key_scale, value_scale,
         raise NotImplementedError("sgl_kernel stand-in: attention sinks and cross-attention are not implemented")
     if tree_mask is not None:
         raise NotImplementedError("sgl_kernel stand-in: tree masks (topk > 1) are not implemented")
-    for b, (r, L, E, S) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(),
-                                         extend_seq_lens.tolist(), extend_start_loc.tolist())):
+    for r, L, E, S in zip(req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(),
+                          extend_start_loc.tolist()):
         P = L - E
         pidx = req_to_token[r, :P].long()
         kp = k_buffer[pidx].float() * key_scale

@@ -133,7 +133,7 @@ def build_tree_kernel_efficient_cpu(parent_list, selected_index, verified_seq_le
 def verify_tree_greedy_cpu(predicts, accept_index, accept_token_num, candidates, retrive_index,
                            retrive_next_token, retrive_next_sibling, target_predict):
     # mirrors spec_tree.verify_tree_greedy_kernel_triton
-    bs, D = candidates.shape
+    bs = candidates.shape[0]
     S = accept_index.shape[1]
     ri, rnt, rns = retrive_index.tolist(), retrive_next_token.tolist(), retrive_next_sibling.tolist()
     cand, tp = candidates.tolist(), target_predict.reshape(-1).tolist()
@@ -142,7 +142,7 @@ def verify_tree_greedy_cpu(predicts, accept_index, accept_token_num, candidates,
         last = ri[b][0]
         ai[b * S] = last
         n_acc, cur = 0, 0
-        for j in range(1, S):
+        for _ in range(1, S):
             cur = rnt[b][cur]
             target = tp[last]
             matched = False
