@@ -100,7 +100,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown classes {sorted(unknown)}; known: {', '.join(hostile.CLASSES)}")
 
-    import harness.commands.cli
+    import harness.commands.cli  # imported once here, shared by every forked child
     import harness.report.html
     import harness.traces.analysis
     import harness.verdict.rules  # noqa: F401

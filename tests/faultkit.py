@@ -484,7 +484,7 @@ def run_cli_in_process(args: list[str]) -> dict:
             code = cli.main(args)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 2
-        except Exception:
+        except Exception:  # what the user would see as a traceback
             traceback.print_exc()
             code = 1
     text = err.getvalue().strip()

@@ -113,7 +113,7 @@ def run_in_process(argv: list[str]) -> Outcome:
             code = main(argv)
         except SystemExit as exc:  # argparse usage errors
             code = exc.code if isinstance(exc.code, int) else 2
-        except BaseException:
+        except BaseException:  # a traceback is the finding
             exception = traceback.format_exc()
     return Outcome(code, out.getvalue(), err.getvalue(), time.perf_counter() - started, exception=exception)
 

@@ -338,7 +338,7 @@ class WheelFinder(importlib.abc.MetaPathFinder):
             module.__version__ = namespace["__version__"]  # type: ignore[attr-defined]
         if name in LIFTED:
             namespace = {"__name__": name}
-            exec("import torch\n" + LIFTED_GLOBALS.get(name, ""), namespace)
+            exec("import torch\n" + LIFTED_GLOBALS.get(name, ""), namespace)  # the lifted functions' globals
             lift(self._file(name), LIFTED[name], namespace)
             for attr in LIFTED[name]:
                 setattr(module, attr, namespace[attr])

@@ -312,7 +312,7 @@ def _run(args: argparse.Namespace) -> int:
                 evaluate_run_dir(result.run_dir)
             except KeyboardInterrupt:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the run's own error below is what matters
                 print(f"harness run: checks/report of the incomplete run failed: {_one_line(exc)}", file=sys.stderr)
         for line in result.log_tail[-10:]:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)

@@ -139,7 +139,7 @@ def display_url(url: str) -> str:
     """The URL without its password, for printing."""
     try:
         return sa.make_url(url).render_as_string(hide_password=True)
-    except Exception:
+    except Exception:  # only for display
         return url
 
 

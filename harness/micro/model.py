@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from harness.micro.config import (
+from harness.micro.config import (  # re-exported
     HEAD_WEIGHT_MAX,
     HIDDEN_CLAMP,
     HIDDEN_GRID,

@@ -182,7 +182,7 @@ def _sglang_version() -> str:
         from importlib.metadata import version as dist_version
 
         return dist_version("sglang")
-    except Exception:
+    except Exception:  # only used in messages
         return "unknown"
 
 
@@ -303,7 +303,7 @@ def _recompile_method(module: types.ModuleType, cls: type, spec: dict[str, str])
         compiled_module, func.__code__.co_filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True
     )
     namespace: dict[str, Any] = {}
-    exec(code, module.__dict__, namespace)
+    exec(code, module.__dict__, namespace)  # the method's own source, two statements changed
     new_func = namespace[name]
     new_func.__qualname__ = func.__qualname__
     new_func.__doc__ = func.__doc__
@@ -366,7 +366,7 @@ def _apply_and_report(module: types.ModuleType, layout_name: str) -> None:
     except HarnessPatchError as exc:
         _fail(str(exc), layout_name)
         return
-    except Exception as exc:
+    except Exception as exc:  # an unexpected failure is still a failed patch
         _fail(f"{type(exc).__name__}: {exc}", layout_name)
         return
     if not applied:

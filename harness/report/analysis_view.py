@@ -228,7 +228,7 @@ def trace_views(data: ReportData) -> dict[str, TraceView]:
             continue
         try:
             views[variant] = _read_view(data, trial, path)
-        except Exception as exc:
+        except Exception as exc:  # any unreadable trace becomes a note, never a crash
             data.notes.append(f"Trace {trial.name}/{path.name} could not be analysed ({type(exc).__name__}: {exc}).")
     data.cache[cache_key] = views
     return views

@@ -259,7 +259,7 @@ class _Run:
         try:
             self.analysis.trials[trial.dir_name] = analyze_trial_traces(
                 self.scenario, self.result.run_dir / trial.dir, outcome.traces)
-        except Exception as exc:
+        except Exception as exc:  # recorded; checks then lack evidence
             self.analysis_errors[trial.dir_name] = f"{type(exc).__name__}: {exc}"
             self.analysis.errors = self.analysis_errors
         write_record(self.result.run_dir / "analysis.json", self.analysis)

@@ -272,7 +272,7 @@ class ServerProcess:
     def start(self) -> None:
         ensure_port_free(self.host, self.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "ab", buffering=0)
+        self._log_file = open(self.log_path, "ab", buffering=0)  # closed in stop()
         self._log_file.write(f"$ {self.command.shell()}\n".encode())
         env = {**os.environ, **self.command.env}
         try:

@@ -224,7 +224,7 @@ class TrialRunner:
     def _export_nsys(self, outcome: TrialOutcome) -> None:
         try:
             export_nsys_sqlite(self.scenario.profile.nsys, self.profile_dir / "nsys.nsys-rep")
-        except Exception as exc:
+        except Exception as exc:  # recorded on the trial, the run goes on failing closed
             if outcome.status == "ok":
                 outcome.status, outcome.error = "failed", f"nsys: {exc}"
 

@@ -44,7 +44,7 @@ def _chain_next_sitecustomize() -> None:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except Exception as exc:  # mirror site.py: a broken sitecustomize warns, never aborts
         sys.stderr.write(
             f"Error in sitecustomize ({spec.origin}, chained by the harness bootstrap); "
             f"set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}\n"
@@ -70,7 +70,7 @@ def _import_patches() -> None:
     for name in requested:
         try:
             importlib.import_module(name)
-        except BaseException as exc:
+        except BaseException as exc:  # any failure must stop the process, loudly
             message = str(exc).splitlines()[0] if str(exc) else ""
             sys.stderr.write(
                 f"harness bootstrap: cannot import patch module {name!r} named in ${PATCHES_ENV} "

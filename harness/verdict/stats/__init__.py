@@ -77,16 +77,14 @@ __all__ = [
 
 
 from harness.verdict.stats.base import (
-    FAIL,
-    INCONCLUSIVE,
     MIN_TRIALS,
-    PASS,
     EquivalenceDecision,
     GainDecision,
     NoiseFloor,
     RankTest,
     RatioEstimate,
 )
+from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
 from harness.verdict.stats.equivalence import (
     equivalence_within,
     paired_equivalence_within,

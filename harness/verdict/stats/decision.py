@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.verdict.stats.base import FAIL, INCONCLUSIVE, PASS, GainDecision, RatioEstimate, Verdict
+from harness.verdict.stats.base import GainDecision, RatioEstimate
+from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
 
 
 def decision_builder(

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.verdict.stats.base import INCONCLUSIVE, MIN_TRIALS, GainDecision, _check_unit
+from harness.verdict.stats.base import MIN_TRIALS, GainDecision, _check_unit
+from harness.verdict.verdicts import INCONCLUSIVE
 from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from harness.verdict.stats.paired import paired_tpot_gain_decision
 from harness.verdict.stats.unpaired import (

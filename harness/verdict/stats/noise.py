@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.verdict.stats.base import FAIL, NoiseFloor, _check_unit, _clean
+from harness.verdict.stats.base import NoiseFloor, _check_unit, _clean
+from harness.verdict.verdicts import FAIL
 from harness.verdict.stats.gain import tpot_gain_decision
 from harness.verdict.stats.paired import (
     _LOG_TOL,
