@@ -11,16 +11,13 @@ from scipy import stats as _st
 
 from harness.verdict.stats.base import (
     _EPS,
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
     EquivalenceDecision,
     RatioEstimate,
-    Verdict,
     _check_unit,
     _clean,
     _zero_spread,
 )
+from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
 
 # --------------------------------------------------------------------------------------------------
 # Equivalence (accept length)

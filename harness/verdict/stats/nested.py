@@ -35,15 +35,8 @@ import numpy as np
 from scipy import optimize as _opt
 from scipy import stats as _st
 
-from harness.verdict.stats.base import (
-    INCONCLUSIVE,
-    GainDecision,
-    RatioEstimate,
-    _check_unit,
-    _clean,
-    _Result,
-    _z,
-)
+from harness.verdict.stats.base import GainDecision, RatioEstimate, _check_unit, _clean, _Result, _z
+from harness.verdict.verdicts import INCONCLUSIVE
 from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from harness.verdict.stats.paired import MIN_PAIRS
 

@@ -11,15 +11,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats as _st
 
-from harness.verdict.stats.base import (
-    _NORMAL,
-    INCONCLUSIVE,
-    GainDecision,
-    RankTest,
-    RatioEstimate,
-    _check_unit,
-    _clean,
-)
+from harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioEstimate, _check_unit, _clean
+from harness.verdict.verdicts import INCONCLUSIVE
 from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 
 # --------------------------------------------------------------------------------------------------
