@@ -23,10 +23,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-
 import sglang_wheel
+from http_helpers import get, post
 from test_micro_server import SMALL_FLAGS, _generate, _greedy, start_server
 
 from harness.micro.server import BadRequest, parse_profile
@@ -138,9 +137,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.slow
 def test_string_step_counts_over_http(server) -> None:
-    response = httpx.post(f"{server.url}/start_profile", json={"num_steps": "five"})
+    response = post(f"{server.url}/start_profile", json={"num_steps": "five"})
     assert response.status_code == 400 and "num_steps" in response.json()["error"]["message"]
-    assert httpx.post(f"{server.url}/stop_profile").status_code == 400  # nothing was started
+    assert post(f"{server.url}/stop_profile").status_code == 400  # nothing was started
 
 
 @pytest.mark.slow
@@ -156,7 +155,7 @@ def test_sglang_profiler_client_drives_the_micro_server_to_a_trace(server, wheel
     assert "Dump profiling traces to" in proc.stdout
     (run_dir,) = out.iterdir()  # <output-dir>/<time.time()>/, made by the client
     server_args = json.loads((run_dir / "server_args.json").read_text())
-    assert server_args == httpx.get(f"{server.url}/server_info").json() | {
+    assert server_args == get(f"{server.url}/server_info").json() | {
         "internal_states": server_args["internal_states"]}  # counters move between the two reads
     assert server_args["speculative_num_steps"] == 3
     # The client returns once the profiler started (as SGLang 0.5.23's server replies); the steps
@@ -172,4 +171,4 @@ def test_sglang_profiler_client_drives_the_micro_server_to_a_trace(server, wheel
     events = json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]
     steps = [e for e in events if str(e.get("name", "")).startswith("step[")]
     assert 1 <= len({e["name"].split()[0] for e in steps})
-    assert httpx.post(f"{server.url}/stop_profile").status_code == 400  # it stopped after 3 steps by itself
+    assert post(f"{server.url}/stop_profile").status_code == 400  # it stopped after 3 steps by itself

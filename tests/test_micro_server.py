@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from http_helpers import get, post
 
 from harness.micro.trace_summary import summarize
-import itertools
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_FLAGS = ["--vocab-size", "8192", "--num-threads", "1", "--log-level", "warning"]
@@ -68,7 +69,7 @@ def start_server(log_dir: Path, *flags: str, env: dict[str, str] | None = None) 
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
         try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+            if get(f"{server.url}/health", timeout=2).status_code == 200:
                 return server
         except httpx.HTTPError:
             pass
@@ -101,7 +102,7 @@ def server_off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
 
 
 def _generate(url: str, payload: dict, timeout: float = 120) -> httpx.Response:
-    return httpx.post(f"{url}/generate", json=payload, timeout=timeout)
+    return post(f"{url}/generate", json=payload, timeout=timeout)
 
 
 def _greedy(max_new_tokens: int, **more: object) -> dict:
@@ -122,8 +123,8 @@ def _stream(url: str, payload: dict) -> list[str]:
 @pytest.mark.slow
 def test_health_info_and_generate(server_on: RunningServer) -> None:
     url = server_on.url
-    assert httpx.get(f"{url}/health").status_code == 200
-    assert httpx.get(f"{url}/health_generate", timeout=60).status_code == 200
+    assert get(f"{url}/health").status_code == 200
+    assert get(f"{url}/health_generate", timeout=60).status_code == 200
     response = _generate(url, {"text": "hello micro engine", "sampling_params": _greedy(24)})
     assert response.status_code == 200
     body = response.json()
@@ -141,7 +142,7 @@ def test_health_info_and_generate(server_on: RunningServer) -> None:
     assert isinstance(batch, list) and [len(b["output_ids"]) for b in batch] == [6, 6]
 
     for path in ("/server_info", "/get_server_info"):
-        info = httpx.get(f"{url}{path}").json()
+        info = get(f"{url}{path}").json()
         assert info["speculative_num_steps"] == 3 and info["speculative_eagle_topk"] == 1
         assert info["speculative_num_draft_tokens"] == 4
         assert info["topk1_fast_path"] is True and info["device"] == "cpu" and info["version"]
@@ -150,10 +151,10 @@ def test_health_info_and_generate(server_on: RunningServer) -> None:
         assert 1.0 <= state["avg_spec_accept_length"] <= 4.0
         # glibc's mmap threshold is fixed (launch-to-launch stability), and said so in the log
         assert info["mmap_threshold"] == 128 * 1024 and info["inject_delay_us"] == 0
-    assert httpx.get(f"{url}/get_model_info").json()["is_generation"] is True
+    assert get(f"{url}/get_model_info").json()["is_generation"] is True
 
-    assert httpx.post(f"{url}/flush_cache").status_code == 200
-    assert httpx.get(f"{url}/server_info").json()["internal_states"][0]["avg_spec_accept_length"] is None
+    assert post(f"{url}/flush_cache").status_code == 200
+    assert get(f"{url}/server_info").json()["internal_states"][0]["avg_spec_accept_length"] is None
 
 
 def test_streaming_chunks_are_cumulative_and_end_with_done(server_on: RunningServer) -> None:
@@ -186,7 +187,7 @@ def test_bad_requests_get_4xx_and_the_server_lives_on(server_on: RunningServer) 
         json.dumps({"text": "a", "stream": "yes"}).encode(),
     ]
     for content in bad_generate:
-        response = httpx.post(f"{url}/generate", content=content, headers={"content-type": "application/json"})
+        response = post(f"{url}/generate", content=content, headers={"content-type": "application/json"})
         assert response.status_code == 400, content
         assert response.json()["error"]["message"]
     for path, body in [
@@ -196,25 +197,25 @@ def test_bad_requests_get_4xx_and_the_server_lives_on(server_on: RunningServer) 
         ("/start_profile", {"profile_id": 5}),
         ("/start_profile", {"merge_profiles": True}),
     ]:
-        response = httpx.post(f"{url}{path}", json=body)
+        response = post(f"{url}{path}", json=body)
         assert 400 <= response.status_code < 500, (path, body)
         assert response.json()["error"]["message"]
-    assert httpx.get(f"{url}/health").status_code == 200
+    assert get(f"{url}/health").status_code == 200
     assert _generate(url, {"text": "still alive", "sampling_params": _greedy(3)}).status_code == 200
 
 
 @pytest.mark.slow
 def test_concurrent_requests_are_batched(server_on: RunningServer, profile_dir: Path) -> None:
     url = server_on.url
-    assert httpx.post(f"{url}/flush_cache").status_code == 200
+    assert post(f"{url}/flush_cache").status_code == 200
     # Profile into the default directory (SGLANG_TORCH_PROFILER_DIR), no output_dir in the request.
-    started = httpx.post(f"{url}/start_profile", json={"num_steps": 12, "profile_id": "batch", "with_stack": False})
+    started = post(f"{url}/start_profile", json={"num_steps": 12, "profile_id": "batch", "with_stack": False})
     assert started.status_code == 200
     prompts = [f"concurrent request {i}" for i in range(6)]
     with ThreadPoolExecutor(len(prompts)) as pool:
         bodies = list(pool.map(lambda t: _generate(url, {"text": t, "sampling_params": _greedy(96)}).json(), prompts))
     assert [len(b["output_ids"]) for b in bodies] == [96] * 6
-    state = httpx.get(f"{url}/server_info").json()["internal_states"][0]
+    state = get(f"{url}/server_info").json()["internal_states"][0]
     assert state["max_decode_batch_size"] == 6
     trace = profile_dir / "batch-TP-0.trace.json.gz"
     deadline = time.monotonic() + 30
@@ -240,18 +241,18 @@ def test_profile_file_name_self_stop_and_softmax_per_region(
         "profile_prefix": "micro",
         "profile_id": f"id-{variant}",
     }
-    response = httpx.post(f"{url}/start_profile", json=request)
+    response = post(f"{url}/start_profile", json=request)
     assert response.status_code == 200 and response.text.startswith("Start profiling")
-    assert httpx.post(f"{url}/start_profile", json=request).status_code == 400  # already in progress
-    assert httpx.get(f"{url}/server_info").json()["internal_states"][0]["profiling"] is True
+    assert post(f"{url}/start_profile", json=request).status_code == 400  # already in progress
+    assert get(f"{url}/server_info").json()["internal_states"][0]["profiling"] is True
     assert _generate(url, {"text": "profile this request", "sampling_params": _greedy(64)}).status_code == 200
     trace = out_dir / f"micro-id-{variant}-TP-0.trace.json.gz"
     deadline = time.monotonic() + 30
     while not trace.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert trace.exists(), sorted(p.name for p in tmp_path.rglob("*"))
-    assert httpx.get(f"{url}/server_info").json()["internal_states"][0]["profiling"] is False
-    assert httpx.post(f"{url}/stop_profile").status_code == 400  # it stopped by itself
+    assert get(f"{url}/server_info").json()["internal_states"][0]["profiling"] is False
+    assert post(f"{url}/stop_profile").status_code == 400  # it stopped by itself
     counts = {mode: [s.ops for s in spans] for mode, spans in summarize(trace).by_mode().items()}
     # 5 steps: one prefill (two EXTEND spans), then 4 decode cycles of one request.
     assert counts["EXTEND"] == [0, 1]
@@ -277,9 +278,9 @@ def _check_with_harness_analysis(trace: Path, expected_per_span: int) -> None:
 def test_stop_profile_writes_the_trace(server_on: RunningServer, tmp_path: Path) -> None:
     url = server_on.url
     body = {"output_dir": str(tmp_path), "profile_id": "manual", "with_stack": False}
-    assert httpx.post(f"{url}/start_profile", json=body).status_code == 200
+    assert post(f"{url}/start_profile", json=body).status_code == 200
     assert _generate(url, {"text": "short", "sampling_params": _greedy(8)}).status_code == 200
-    response = httpx.post(f"{url}/stop_profile", timeout=60)
+    response = post(f"{url}/stop_profile", timeout=60)
     assert response.status_code == 200
     assert (tmp_path / "manual-TP-0.trace.json.gz").exists()
 
@@ -293,7 +294,7 @@ def test_outputs_identical_between_fast_path_servers(server_on: RunningServer, s
         return [(b["output_ids"], b["meta_info"]["spec_verify_ct"]) for b in bodies]
 
     assert run(server_on.url) == run(server_off.url)
-    assert httpx.get(f"{server_off.url}/server_info").json()["topk1_fast_path"] is False
+    assert get(f"{server_off.url}/server_info").json()["topk1_fast_path"] is False
 
 
 @pytest.mark.parametrize(

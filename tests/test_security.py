@@ -8,9 +8,11 @@ import json
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
+from http_helpers import get, post
+from test_micro_server import SMALL_FLAGS, start_server
+from test_report import make_run_dir
 
 from harness.commands.cli import main
 from harness.errors import EXIT_BAD_INPUT, HarnessInputError
@@ -20,8 +22,6 @@ from harness.run.plan import plan_trials, with_run_seed
 from harness.run.profiling import trace_files, wait_for_traces
 from harness.run.server import LOOPBACK, free_port
 from harness.scenario import scenario_from_dict
-from test_micro_server import SMALL_FLAGS, start_server
-from test_report import make_run_dir
 
 MICRO = {"name": "sec", "engine": "micro", "variants": {"baseline": {}, "candidate": {}}}
 SGLANG = {"name": "sec", "engine": "sglang", "server": {"model_path": "m"}, "variants": {"baseline": {}, "candidate": {}}}
@@ -52,7 +52,7 @@ def test_micro_server_listens_on_loopback_by_default(tmp_path):
     try:
         port = int(server.url.rsplit(":", 1)[1])
         assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, nothing else
-        assert httpx.get(f"{server.url}/server_info").json()["host"] == "127.0.0.1"
+        assert get(f"{server.url}/server_info").json()["host"] == "127.0.0.1"
     finally:
         assert server.terminate() == 0, server.log()
 
@@ -113,19 +113,19 @@ def micro_server(tmp_path_factory):
 def test_micro_server_refuses_names_that_form_a_path(micro_server, field, value):
     server, root = micro_server
     body = {"output_dir": str(root / "out"), "profile_id": "ok", "num_steps": 1, field: value}
-    response = httpx.post(f"{server.url}/start_profile", json=body)
+    response = post(f"{server.url}/start_profile", json=body)
     assert response.status_code == 400, response.text
     assert field in response.json()["error"]["message"]
     assert not (root / "escaped").exists() and not list(root.parent.glob("escaped*"))
-    assert httpx.get(f"{server.url}/server_info").json()["internal_states"][0]["profiling"] is False
+    assert get(f"{server.url}/server_info").json()["internal_states"][0]["profiling"] is False
 
 
 def test_micro_server_accepts_sglang_style_names(micro_server):
     server, root = micro_server
     body = {"output_dir": str(root / "out"), "profile_prefix": "run-1", "profile_id": "1712345678.25",
             "num_steps": 1, "with_stack": False}
-    assert httpx.post(f"{server.url}/start_profile", json=body).status_code == 200
-    assert httpx.post(f"{server.url}/stop_profile", timeout=60).status_code == 200
+    assert post(f"{server.url}/start_profile", json=body).status_code == 200
+    assert post(f"{server.url}/stop_profile", timeout=60).status_code == 200
     assert [p.name for p in (root / "out").iterdir()] == ["run-1-1712345678.25-TP-0.trace.json.gz"]
 
 
