@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report.data import ReportData, TrialRecord
+from harness.report.data import ReportData, TrialRecord, as_object
 from harness.report.figures import CountBar, TimelineBar
 
 REGION_ORDER = ["DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND", "PREFILL", "(none)"]
@@ -152,7 +152,7 @@ def rank_facts(data: ReportData) -> list[dict[str, Any]]:
     rows = []
     for trial in [t for v in data.variant_names for t in _profiled(data, v)]:
         for facts in _files_of(data.analysis.get(trial.name)):
-            validity = facts.get("validity") if isinstance(facts.get("validity"), dict) else {}
+            validity = as_object(facts.get("validity"))
             row: dict[str, Any] = {
                 "variant": trial.variant,
                 "trial": trial.name,
@@ -176,7 +176,7 @@ def analysis_warnings(data: ReportData) -> list[str]:
     out = []
     for trial_name, analysis in data.analysis.items():
         for facts in _files_of(analysis):
-            validity = facts.get("validity") if isinstance(facts.get("validity"), dict) else {}
+            validity = as_object(facts.get("validity"))
             for warning in [*(facts.get("warnings") or []), *(validity.get("warnings") or [])]:
                 out.append(f"{trial_name}: {warning}")
     return out
@@ -200,7 +200,7 @@ class TraceView:
 def _region_table(data: ReportData):
     from harness.traces.regions import region_table
 
-    regions = data.scenario.get("regions") if isinstance(data.scenario.get("regions"), dict) else {}
+    regions = as_object(data.scenario.get("regions"))
     rules = [(str(r["name"]), str(r["regex"])) for r in regions.get("rules") or [] if isinstance(r, dict)]
     return region_table(rules or None, replace_default=bool(regions.get("replace")))
 
