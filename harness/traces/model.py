@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from harness.traces.schema import TraceFormat  # the tables stay apart from the pydantic schema at run time
 
 # column -> dtype of each table (names are `category`).
 GPU_OP_COLUMNS = {
@@ -54,7 +58,7 @@ class TraceTables:
     """
 
     path: str
-    format: str  # kineto | nsys
+    format: TraceFormat
     platform: str  # cuda | rocm | cpu | unknown
     gpu_ops: pd.DataFrame
     runtime: pd.DataFrame
@@ -64,7 +68,7 @@ class TraceTables:
     graph_trace_mode: str | None = None  # nsys CUDA_GRAPH_TRACE_OPTIONS:MODE, e.g. "Graph", "Node"
 
 
-def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
+def name_mask(names: pd.Series, predicate: Callable[[str], object]) -> np.ndarray:
     """`predicate` over a categorical name column, evaluated once per distinct name."""
     per_name = np.array([bool(predicate(str(n))) for n in names.cat.categories] + [False])
     return per_name[names.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing False
