@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from statistics import NormalDist
-from typing import Any, NamedTuple, TypeAlias, TypedDict
+from typing import Any, ClassVar, NamedTuple, TypeAlias, TypedDict
 
 import numpy as np
 
@@ -56,8 +56,10 @@ def _plain(value: Any) -> Any:
 class _Result:
     """Mixin: `to_dict()` for frozen dataclasses (floats as float, no numpy types, no NaN)."""
 
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each subclass
+
     def to_dict(self) -> dict[str, Any]:
-        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        fields = dataclasses.fields(self)
         return {f.name: _plain(getattr(self, f.name)) for f in fields}
 
 
