@@ -6,9 +6,9 @@ each distinct kernel or frame name is stored once however often it occurs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -78,9 +78,9 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
-def frame_from_columns(columns: dict[str, str], data: dict[str, object]) -> pd.DataFrame:
+def frame_from_columns(columns: Mapping[str, str], data: Mapping[str, Any]) -> pd.DataFrame:
     """A table with exactly `columns`, typed; `data` holds arrays or (codes, categories) pairs."""
-    out = {}
+    out: dict[str, Any] = {}
     for column, dtype in columns.items():
         value = data[column]
         if dtype == "category":
