@@ -1,4 +1,5 @@
 # The two commands a user needs: `make profile` and `make test`. Both set themselves up.
+# Contributors: `make lint` (ruff and mypy, settings in pyproject.toml), which CI runs before the tests.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ STAMP := $(VENV)/.installed
 # virtual environment and tiny models under $(SGLANG_CPU), apart from $(VENV). Opt-in; .ci/run does it.
 SGLANG_CPU ?= .sglang-cpu
 
-.PHONY: install test test-sglang-cpu profile clean sglang-cpu
+.PHONY: install lint test test-sglang-cpu profile clean sglang-cpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +22,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Static checks: ruff over the Python trees, mypy over harness/ (its `files`).
+lint: $(STAMP)
+	$(BIN)/ruff check harness tests benchmarks scripts
+	$(BIN)/mypy
 
 # The suite on two workers, a test file per worker at a time (its module fixtures are set up once),
 # without the tests of the real SGLang server (their own target: they need the whole machine).

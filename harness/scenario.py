@@ -234,11 +234,13 @@ class NsysSpec(_Strict):
     )
 
 
+Activity = Literal["CPU", "GPU", "MEM", "RPD", "CUDA_PROFILER"]
+_DEFAULT_ACTIVITIES: tuple[Activity, ...] = ("CPU", "GPU")
+
+
 class ProfileSpec(_Strict):
     num_steps: int = Field(20, ge=1, description="forward steps the profiler records, then stops by itself")
-    activities: list[Literal["CPU", "GPU", "MEM", "RPD", "CUDA_PROFILER"]] = Field(
-        default_factory=lambda: ["CPU", "GPU"]
-    )
+    activities: list[Activity] = Field(default_factory=lambda: list(_DEFAULT_ACTIVITIES))
     with_stack: bool = False
     record_shapes: bool = False
     requests: int | None = Field(

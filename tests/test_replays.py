@@ -5,6 +5,7 @@ CountUnavailable, never a 0."""
 from __future__ import annotations
 
 import gc
+import os
 import re
 from collections import Counter
 
@@ -64,6 +65,14 @@ def test_one_file_per_rank(shared_traces):
     assert both.replays == 82
     assert both.per_replay[:70] == a100.per_replay  # file by file, in the order given
     assert Counter(both.per_replay[70:]) == {315: 6, 429: 6}
+
+
+def test_a_path_like_object_is_read_by_its_path(shared_traces):
+    """Any os.PathLike, not only a Path: a directory entry's str() is not its path."""
+    entry = next(e for e in os.scandir(shared_traces) if e.name == A100)
+    by_entry = count_in_graph_replays(entry, KERNEL, "(none)")
+    assert by_entry.per_replay == count_in_graph_replays(shared_traces / A100, KERNEL, "(none)").per_replay
+    assert count_in_graph_replays([entry], KERNEL, "(none)").per_replay == by_entry.per_replay
 
 
 def test_a_region_given_as_a_regex_and_eager_work_in_it(shared_traces):

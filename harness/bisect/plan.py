@@ -26,6 +26,11 @@ from harness.verdict.rules import expects_absence
 Need = tuple[str, TrialKind]  # (arm, kind)
 # Rules judged without timed trials: exact evidence, no retries, the default set.
 EXACT_KINDS = ("kernel_count", "output_identity")
+# The kinds of trials a comparison rule reads, by rule kind (default: the timed ones).
+_TRIAL_KINDS: dict[str, tuple[TrialKind, ...]] = {
+    "output_identity": ("profiled",),
+    "explained_gain": ("timed", "profiled"),
+}
 
 
 def rule_needs(scenario: Scenario, check: Check) -> set[Need]:
@@ -35,11 +40,8 @@ def rule_needs(scenario: Scenario, check: Check) -> set[Need]:
         if expects_absence(check) and "baseline" in scenario.variants:
             needs.add(("baseline", "profiled"))
         return needs
-    arms = (check.baseline, check.candidate)  # type: ignore[union-attr]
-    kinds: tuple[TrialKind, ...] = {
-        "output_identity": ("profiled",),
-        "explained_gain": ("timed", "profiled"),
-    }.get(check.kind, ("timed",))
+    arms = (check.baseline, check.candidate)
+    kinds = _TRIAL_KINDS.get(check.kind, ("timed",))
     return {(arm, kind) for arm in arms for kind in kinds}
 
 
@@ -48,7 +50,7 @@ def judged_arms(check: Check) -> set[str]:
     can only make it INCONCLUSIVE)."""
     if isinstance(check, KernelCountCheck):
         return set(check.variants)
-    return {check.baseline, check.candidate}  # type: ignore[union-attr]
+    return {check.baseline, check.candidate}
 
 
 @dataclass(frozen=True)

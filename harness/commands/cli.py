@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from harness import __version__
 from harness.errors import EXIT_BAD_INPUT, HarnessInputError, one_line
@@ -30,7 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 class _ArgumentParser(argparse.ArgumentParser):
     """Usage errors: one line and exit 2, as for every other bad input."""
 
-    def error(self, message: str) -> None:  # pragma: no cover - exercised through main()
+    def error(self, message: str) -> NoReturn:  # pragma: no cover - exercised through main()
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 

@@ -318,6 +318,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)
         print(f"harness run: INCONCLUSIVE (run incomplete): {result.error}{where}", file=sys.stderr)
         return result.exit_code or 3
+    assert result.run_dir is not None  # a complete run has its directory (only a dry run has none)
     try:
         code = evaluate_run_dir(result.run_dir)
     except OSError as exc:  # e.g. the disk filled up after the last trial: the measurements are whole

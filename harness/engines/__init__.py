@@ -121,9 +121,9 @@ def build_server_command(
     scenario: Scenario, variant: str, *, host: str, port: int, profile_dir: Path
 ) -> ServerCommand:
     if scenario.engine == "micro":
-        from harness.engines import micro as engine
+        from harness.engines.micro import build_command
     else:
-        from harness.engines import sglang as engine
-    command = engine.build_command(scenario, variant, host=host, port=port, profile_dir=profile_dir)
+        from harness.engines.sglang import build_command
+    command = build_command(scenario, variant, host=host, port=port, profile_dir=profile_dir)
     cpus = server_cpus(scenario)
     return command if cpus is None else ServerCommand(command.argv, command.env, cpus)

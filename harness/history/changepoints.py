@@ -82,7 +82,7 @@ def _p_value(x: np.ndarray, observed: float, options: Options, rng: np.random.Ge
     return (hits + 1) / (options.permutations + 1)
 
 
-def e_divisive(values: Sequence[float], options: Options = Options()) -> list[tuple[int, float]]:
+def e_divisive(values: Sequence[float] | np.ndarray, options: Options = Options()) -> list[tuple[int, float]]:
     """Significant splits as (index of the first value after, p-value), in series order."""
     x = np.asarray(values, dtype=float)
     rng = np.random.default_rng(options.seed)
@@ -90,7 +90,7 @@ def e_divisive(values: Sequence[float], options: Options = Options()) -> list[tu
     bounds = [0, len(x)]
     tested: dict[tuple[int, int], tuple[int, float, float] | None] = {}
     while True:
-        best: tuple[float, int, int, int] | None = None  # (q, start, end, split)
+        best: tuple[float, int, int, int, float] | None = None  # (q, start, end, split, p-value)
         for start, end in itertools.pairwise(bounds):
             if (start, end) not in tested:
                 segment = x[start:end]
@@ -101,16 +101,16 @@ def e_divisive(values: Sequence[float], options: Options = Options()) -> list[tu
                     tested[(start, end)] = (split, q, _p_value(segment, q, options, rng))
             result = tested[(start, end)]
             if result is not None and result[2] <= options.max_pvalue and (best is None or result[1] > best[0]):
-                best = (result[1], start, end, start + result[0])
+                best = (result[1], start, end, start + result[0], result[2])
         if best is None:
             break
-        _, start, end, split = best
-        found[split] = tested[(start, end)][2]
+        _, _, _, split, p_value = best
+        found[split] = p_value
         bounds = sorted({*bounds, split})
     return sorted(found.items())
 
 
-def zero_changes(values: Sequence[float]) -> list[int]:
+def zero_changes(values: Sequence[float] | np.ndarray) -> list[int]:
     """Indices where a count moves from zero to non-zero or back."""
     return [i for i in range(1, len(values)) if (values[i - 1] == 0) != (values[i] == 0)]
 

@@ -174,6 +174,7 @@ def _create_schema(engine: Engine, url: str) -> None:
                 raise HarnessInputError(f"--db {display_url(url)}: cannot open the database "
                                         f"({str(exc.orig).strip().splitlines()[0] if exc.orig else exc})") from None
             time.sleep(0.2 * (attempt + 1))
+    assert found is not None  # the loop breaks with it read or written, or raises on the last attempt
     if int(found) > SCHEMA_VERSION:
         raise HarnessInputError(
             f"--db {display_url(url)}: schema version {found} is newer than this harness's ({SCHEMA_VERSION}); "

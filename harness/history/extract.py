@@ -105,6 +105,16 @@ def _fingerprint(run_dir: Path) -> str:
     return digest.hexdigest()[:32]
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """An object of a run's JSON files, or {} for anything else (a damaged file can hold any type)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    """A list of a run's JSON files, or [] for anything else."""
+    return value if isinstance(value, list) else []
+
+
 def _run_key(run_dir: Path, run: dict[str, Any] | None, env: dict[str, Any] | None) -> str:
     """The run's identity: the same run copied elsewhere (a CI artifact) is the same run."""
     run = run or {}
@@ -115,7 +125,7 @@ def _run_key(run_dir: Path, run: dict[str, Any] | None, env: dict[str, Any] | No
 def hardware_of(env: dict[str, Any] | None) -> str:
     """The series dimension `hardware`: the GPUs when there are any, else the CPU."""
     env = env or {}
-    gpus = [g.get("name") for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+    gpus = [str(name) for g in _list(env.get("gpus")) if isinstance(g, dict) and (name := g.get("name"))]
     if gpus:
         names = sorted(set(gpus))
         return " + ".join(f"{gpus.count(n)}x {n}" for n in names)
@@ -172,13 +182,13 @@ def _environment(record: RunRecord, env: dict[str, Any] | None) -> None:
     if not env:
         return
     record.host = env.get("hostname")
-    harness = env.get("harness") if isinstance(env.get("harness"), dict) else {}
+    harness = _obj(env.get("harness"))
     record.harness_version = harness.get("version")
     record.harness_commit = harness.get("git_commit")
-    per_variant = env.get("variants") if isinstance(env.get("variants"), dict) else {}
+    per_variant = _obj(env.get("variants"))
     # The run's SGLang is the candidate's (what is under test), else any variant's.
     for name in ("candidate", *per_variant):
-        sglang = (per_variant.get(name) or {}).get("sglang") if isinstance(per_variant.get(name), dict) else None
+        sglang = _obj(per_variant.get(name)).get("sglang")
         if isinstance(sglang, dict) and (sglang.get("version") or sglang.get("git_commit")):
             record.sglang_version = sglang.get("version")
             record.sglang_commit = sglang.get("git_commit") or sglang.get("commit")
@@ -235,12 +245,15 @@ def _results(record: RunRecord, results: Any, trials: dict[str, dict[str, Any]])
     record.verdict = results.get("verdict") if isinstance(results.get("verdict"), str) else None
     record.exit_code = results.get("exit_code") if isinstance(results.get("exit_code"), int) else None
     record.evaluated_at = to_utc(results.get("evaluated_at"))
-    scenario_variants = (record.scenario_json or {}).get("variants") or {}
-    env_variants = (record.environment_json or {}).get("variants") or {}
+    scenario_variants = _obj((record.scenario_json or {}).get("variants"))
+    env_variants = _obj((record.environment_json or {}).get("variants"))
     for variant, facts in results["variants"].items():
         if not isinstance(facts, dict):
             raise Damaged(f"results.json: variants.{variant}: expected an object")
-        timed = [t for t in facts.get("timed_trials") or [] if isinstance(t, str)]
+        listed = facts.get("timed_trials") or []
+        if not isinstance(listed, list):
+            raise Damaged(f"results.json: variants.{variant}.timed_trials: expected a list")
+        timed = [t for t in listed if isinstance(t, str)]
         for key, metric in RESULT_METRICS.items():
             values = facts.get(key)
             if values is None:
@@ -254,13 +267,13 @@ def _results(record: RunRecord, results: Any, trials: dict[str, dict[str, Any]])
         for i, trial in enumerate(timed):
             if trial not in trials:
                 raise Damaged(f"results.json: variants.{variant}.timed_trials: {trial} is not in run.json's plan")
-            summary = trials[trial].get("summary") or {}
+            summary = _obj(trials[trial].get("summary"))
             if (number := _number(summary.get("output_throughput_tok_s"))) is not None:
                 record.samples.append({"variant": variant, "metric": THROUGHPUT, "idx": i, "trial": trial,
                                        "value": number})
-        probe = env_variants.get(variant) if isinstance(env_variants.get(variant), dict) else {}
-        sglang = probe.get("sglang") if isinstance(probe.get("sglang"), dict) else {}
-        torch = probe.get("torch") if isinstance(probe.get("torch"), dict) else {}
+        probe = _obj(env_variants.get(variant))
+        sglang = _obj(probe.get("sglang"))
+        torch = _obj(probe.get("torch"))
         record.variants.append({
             "variant": variant,
             "config": scenario_variants.get(variant) if isinstance(scenario_variants.get(variant), dict) else None,
@@ -269,7 +282,10 @@ def _results(record: RunRecord, results: Any, trials: dict[str, dict[str, Any]])
             "sglang_version": sglang.get("version"),
             "sglang_commit": sglang.get("git_commit") or sglang.get("commit"),
         })
-    for rule in results.get("rules") or []:
+    rules = results.get("rules") or []
+    if not isinstance(rules, list):
+        raise Damaged("results.json: rules: expected a list")
+    for rule in rules:
         if not isinstance(rule, dict) or not isinstance(rule.get("name"), str):
             raise Damaged("results.json: rules: an entry without a `name`")
         record.rules.append({"name": rule["name"], "kind": rule.get("kind"), "verdict": rule.get("verdict"),
@@ -286,12 +302,12 @@ def _kernel_counts(record: RunRecord, analysis: Any, trials: dict[str, dict[str,
         variant = (trials.get(trial_name) or {}).get("variant")
         if variant is None or not isinstance(trial_analysis, dict):
             continue  # a trial the plan does not know: not this run's
-        for position, facts in enumerate(trial_analysis.get("files") or []):
+        for position, facts in enumerate(_list(trial_analysis.get("files"))):
             if not isinstance(facts, dict):
                 continue
             rank = facts.get("rank") if isinstance(facts.get("rank"), int) else position
-            for region, counts in (facts.get("regions") or {}).items():
-                for pattern, row in ((counts or {}).get("counts") or {}).items():
+            for region, counts in _obj(facts.get("regions")).items():
+                for pattern, row in _obj(_obj(counts).get("counts")).items():
                     if not isinstance(row, dict):
                         continue
                     record.kernel_counts.append({

@@ -98,7 +98,9 @@ def _insert(conn: sa.Connection, record: RunRecord) -> None:
     row = {column.name: getattr(record, column.name, None) for column in db.runs.columns
            if column.name not in ("id", "run_key", "ingested_at")}
     row.update(run_key=record.key, ingested_at=datetime.now(UTC).isoformat(timespec="seconds"))
-    run_id = conn.execute(db.runs.insert().values(**row)).inserted_primary_key[0]
+    key = conn.execute(db.runs.insert().values(**row)).inserted_primary_key
+    assert key is not None  # None only for a statement other than a single-row insert
+    run_id = key[0]
     for table, rows in ((db.variants, record.variants), (db.samples, record.samples), (db.rules, record.rules),
                         (db.kernel_counts, record.kernel_counts)):
         if rows:

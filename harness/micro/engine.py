@@ -39,7 +39,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,7 +258,7 @@ class Request:
     prompt_ids: list[int]
     max_new_tokens: int
     ignore_eos: bool
-    on_update: Callable[[RequestUpdate], None]
+    on_update: Callable[[RequestUpdate], object]  # called from the engine thread; its result is ignored
     tokens: list[int] = field(default_factory=list)  # prompt + output
     output_ids: list[int] = field(default_factory=list)
     next_draft: int = 0  # first draft token of the next cycle, from the last draft extend
@@ -622,7 +622,7 @@ class MicroEngine:
         except Exception:  # e.g. the trace cannot be written (disk full): keep serving, say so
             logger.exception("could not write the profiler trace")
 
-    def _tensor(self, rows: list[list[int]] | list[int], dtype: torch.dtype = torch.long) -> torch.Tensor:
+    def _tensor(self, rows: Sequence[Sequence[int]] | Sequence[int], dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(rows, dtype=dtype).to(self.device, non_blocking=True)
 
     def _context(self, histories: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -151,10 +151,10 @@ def argmax_keepdim(logits: torch.Tensor) -> torch.Tensor:
 def fast_topk(values: torch.Tensor, topk: int, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang's `fast_topk`: `torch.max` for k == 1 (first maximal index), `torch.topk` otherwise."""
     if topk == 1:
-        result = torch.max(values, dim=dim, keepdim=True)
-        return result.values, result.indices
-    result = torch.topk(values, topk, dim=dim)
-    return result.values, result.indices
+        best = torch.max(values, dim=dim, keepdim=True)
+        return best.values, best.indices
+    top = torch.topk(values, topk, dim=dim)
+    return top.values, top.indices
 
 
 def select_draft_tokens(logits: torch.Tensor, topk: int, fast_path: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -234,6 +234,10 @@ def _is_assign_of_call(stmt: ast.stmt, target: str, owner: str, attr: str) -> bo
     )
 
 
+# The nodes that carry source positions (lineno, col_offset, end_lineno, end_col_offset).
+_LOCATED = (ast.stmt, ast.expr, ast.excepthandler, ast.arg, ast.keyword, ast.alias, ast.pattern)
+
+
 def _rewrite_inline_argmax(func_def: ast.FunctionDef, index_var: str, prob_var: str, where: str) -> None:
     """Replace `index = torch.argmax(LOGITS, ...)` and `prob = torch.ones_like(...)` (one block) in place."""
     found: list[tuple[list[ast.stmt], int]] = []
@@ -249,21 +253,24 @@ def _rewrite_inline_argmax(func_def: ast.FunctionDef, index_var: str, prob_var: 
     ones_at = [i for i, stmt in enumerate(block) if _is_assign_of_call(stmt, prob_var, "torch", "ones_like")]
     if len(ones_at) != 1:
         raise HarnessPatchError(f"{where}: expected `{prob_var} = torch.ones_like(...)` beside the argmax, found {len(ones_at)}")
-    if not argmax_stmt.value.args:  # type: ignore[attr-defined]
+    argmax_call = argmax_stmt.value if isinstance(argmax_stmt, ast.Assign) else None  # it is: _is_assign_of_call
+    if not isinstance(argmax_call, ast.Call) or not argmax_call.args:
         raise HarnessPatchError(f"{where}: torch.argmax is not called with the logits as first argument")
-    logits_expr = argmax_stmt.value.args[0]  # type: ignore[attr-defined]
+    logits_expr = argmax_call.args[0]
     new_stmts = ast.parse(_INLINE_REPLACEMENT.format(prob=prob_var, index=index_var)).body
+    softmax_call = new_stmts[0].value if isinstance(new_stmts[0], ast.Assign) else None
+    assert isinstance(softmax_call, ast.Call)  # _INLINE_REPLACEMENT's first line
     # Tracebacks point at the replaced lines: softmax at the argmax's, the rest at the ones_like's.
     # Placed before the logits expression goes in: it keeps its own positions (shifting it along
     # with the new statements moved it twice, e.g. to line 1416 instead of 1263 in 0.5.23).
     ones_stmt = block[ones_at[0]]
     for stmt, original in zip(new_stmts, (argmax_stmt, ones_stmt, ones_stmt)):
         for node in ast.walk(stmt):
-            if hasattr(node, "lineno"):
+            if isinstance(node, _LOCATED):
                 node.lineno = node.end_lineno = original.lineno
                 node.col_offset += original.col_offset
                 node.end_col_offset = (node.end_col_offset or 0) + original.col_offset
-    new_stmts[0].value.args[0] = logits_expr  # type: ignore[attr-defined]
+    softmax_call.args[0] = logits_expr
     rewritten: list[ast.stmt] = []
     for i, stmt in enumerate(block):
         if i == argmax_at:
@@ -288,7 +295,8 @@ def _recompile_method(module: types.ModuleType, cls: type, spec: dict[str, str])
         raise HarnessPatchError(f"{where}: source not available ({exc}); install SGLang with its .py files") from None
     # Parse inside a dummy class so the method's indentation needs no dedent (multi-line strings).
     tree = ast.parse("class _HarnessHost:\n" + source)
-    func_def = tree.body[0].body[0]  # type: ignore[attr-defined]
+    host = tree.body[0]
+    func_def = host.body[0] if isinstance(host, ast.ClassDef) else None
     if not isinstance(func_def, ast.FunctionDef) or func_def.name != name or func_def.decorator_list:
         raise HarnessPatchError(f"{where}: unexpected source (decorated, or not a plain def)")
     for node in ast.walk(func_def):
@@ -390,7 +398,10 @@ def install(layout_name: str | None = None) -> None:
     for refused, reason in layout.get("refused_modules", {}).items():
         if refused in sys.modules:
             _fail(f"{reason} ({refused} already imported)", layout_name)
-        refuse_import(refused, lambda name, _reason=reason: _fail(f"{_reason} (import of {name})", layout_name))
+        def on_import(name: str, reason: str = reason) -> None:
+            _fail(f"{reason} (import of {name})", layout_name)
+
+        refuse_import(refused, on_import)
     after_import(layout["worker_module"], lambda module: _apply_and_report(module, layout_name),
                  lambda message: _fail(message, layout_name), marker=MARKER)
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report.data import ReportData, TrialRecord
+from harness.report.data import ReportData, TrialRecord, as_object
 from harness.report.figures import CountBar, TimelineBar
 
 REGION_ORDER = ["DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND", "PREFILL", "(none)"]
@@ -152,7 +152,7 @@ def rank_facts(data: ReportData) -> list[dict[str, Any]]:
     rows = []
     for trial in [t for v in data.variant_names for t in _profiled(data, v)]:
         for facts in _files_of(data.analysis.get(trial.name)):
-            validity = facts.get("validity") if isinstance(facts.get("validity"), dict) else {}
+            validity = as_object(facts.get("validity"))
             row: dict[str, Any] = {
                 "variant": trial.variant,
                 "trial": trial.name,
@@ -176,7 +176,7 @@ def analysis_warnings(data: ReportData) -> list[str]:
     out = []
     for trial_name, analysis in data.analysis.items():
         for facts in _files_of(analysis):
-            validity = facts.get("validity") if isinstance(facts.get("validity"), dict) else {}
+            validity = as_object(facts.get("validity"))
             for warning in [*(facts.get("warnings") or []), *(validity.get("warnings") or [])]:
                 out.append(f"{trial_name}: {warning}")
     return out
@@ -200,7 +200,7 @@ class TraceView:
 def _region_table(data: ReportData):
     from harness.traces.regions import region_table
 
-    regions = data.scenario.get("regions") if isinstance(data.scenario.get("regions"), dict) else {}
+    regions = as_object(data.scenario.get("regions"))
     rules = [(str(r["name"]), str(r["regex"])) for r in regions.get("rules") or [] if isinstance(r, dict)]
     return region_table(rules or None, replace_default=bool(regions.get("replace")))
 
@@ -376,7 +376,8 @@ def top_kernels(data: ReportData, n: int = TOP_N) -> tuple[dict[str, list[TopRow
         names = list(dict.fromkeys([*rb["us"].nlargest(n).index, *rc["us"].nlargest(n).index, *matching]))
 
         def get(frame: pd.DataFrame, name: str, column: str) -> float | None:
-            return float(frame.at[name, column]) if name in frame.index else None
+            values = frame[column]
+            return float(values[name]) if name in values.index else None
 
         rows = [TopRow(name, get(rb, name, "us"), get(rc, name, "us"), get(rb, name, "calls"), get(rc, name, "calls"))
                 for name in names]
@@ -420,12 +421,14 @@ def cycle_timelines(data: ReportData, pattern: str) -> tuple[dict[str, list[Time
             continue
         cycle = cycles[len(cycles) // 2].iloc[:MAX_TIMELINE_UNITS]  # an odd trace must not draw thousands
         t0, t1 = float(cycle["start"].min()), float(cycle["end"].max())
-        bars = [TimelineBar("regions", r.region, r.start - t0, r.end - r.start, r.region)
-                for r in cycle.itertuples(index=False)]
+        # Columns as lists, not itertuples: a row of itertuples has no column types.
+        bars = [TimelineBar("regions", region, start - t0, end - start, region)
+                for region, start, end in zip(cycle["region"].tolist(), cycle["start"].tolist(), cycle["end"].tolist())]
         work = view.work[(view.work["ts"] >= t0) & (view.work["ts"] < t1)]
         if not view.on_gpu and len(cycle):
             work = work[(work["pid"] == cycle.iloc[0]["pid"]) & (work["tid"] == cycle.iloc[0]["tid"])]
-        for w in work.sort_values("lane", kind="stable").itertuples(index=False):
-            bars.append(TimelineBar(w.lane, w.name, w.ts - t0, w.dur, w.region, bool(regex.search(w.name))))
+        work = work.sort_values("lane", kind="stable")
+        for lane, name, ts, dur, region in zip(*(work[c].tolist() for c in ("lane", "name", "ts", "dur", "region"))):
+            bars.append(TimelineBar(lane, name, ts - t0, dur, region, bool(regex.search(name))))
         out[variant] = bars
     return out, "kernels" if any(v.on_gpu for v in views.values()) else "CPU ops"

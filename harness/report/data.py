@@ -146,25 +146,30 @@ def _read_json(path: Path, notes: list[str], what: str) -> Any | None:
     return data
 
 
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` if it is an object (a dict), else {}: a run's files are read as hostile."""
+    return value if isinstance(value, dict) else {}
+
+
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _variants(scenario: dict[str, Any]) -> list[VariantInfo]:
-    server = scenario.get("server") if isinstance(scenario.get("server"), dict) else {}
-    shared_args = server.get("args") if isinstance(server.get("args"), dict) else {}
+    server = as_object(scenario.get("server"))
+    shared_args = as_object(server.get("args"))
     out = []
-    specs = scenario.get("variants") if isinstance(scenario.get("variants"), dict) else {}
-    for name, spec in specs.items():
-        spec = spec if isinstance(spec, dict) else {}
+    specs = as_object(scenario.get("variants"))
+    for name, raw in specs.items():
+        spec = as_object(raw)
         args = dict(shared_args)
-        args.update(spec.get("args") or {})
+        args.update(as_object(spec.get("args")))
         out.append(
             VariantInfo(
                 name=str(name),
                 description=str(spec.get("description") or ""),
                 args=args,
-                env={**(server.get("env") or {}), **(spec.get("env") or {})},
+                env={**as_object(server.get("env")), **as_object(spec.get("env"))},
                 patches=list(spec.get("patches") or []),
                 pythonpath=list(spec.get("pythonpath") or []),
                 python=spec.get("python"),
@@ -210,10 +215,10 @@ def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> Tri
     record.status = {"ok": "ok", "running": "interrupted"}.get(str(status), "failed")
     record.error = info.get("error") or None
     record.command = info.get("command") or None
-    record.summary = info.get("summary") if isinstance(info.get("summary"), dict) else {}
-    record.server_info = info.get("server_info") if isinstance(info.get("server_info"), dict) else {}
-    traces = info.get("traces") if isinstance(info.get("traces"), list) else []
-    for rel_trace in traces:
+    record.summary = as_object(info.get("summary"))
+    record.server_info = as_object(info.get("server_info"))
+    traces = info.get("traces")
+    for rel_trace in traces if isinstance(traces, list) else []:
         path = trial_dir / str(rel_trace)
         if not inside(trial_dir, path):  # a name from a file: never read or link outside the trial
             notes.append(f"Trial {record.name}: trace {str(rel_trace)[:80]!r} lies outside the trial directory: ignored.")
@@ -322,8 +327,8 @@ def load_report_data(run_dir: Path) -> ReportData:
         if not inside(run_dir, run_dir / entry["dir"]) or (run_dir / entry["dir"]).resolve() == run_dir.resolve():
             notes.append(f"run.json names a launch directory outside the run directory ({entry['dir'][:80]}): ignored.")
             continue
-        record = _read_json(run_dir / entry["dir"] / "launch.json", notes, f"launch {entry['dir']} is not described")
-        launch = {**entry, **(record if isinstance(record, dict) else {})}
+        described = _read_json(run_dir / entry["dir"] / "launch.json", notes, f"launch {entry['dir']} is not described")
+        launch = {**entry, **as_object(described)}
         log = run_dir / entry["dir"] / "server.log"
         launch["server_log"] = log if log.is_file() and inside(run_dir / entry["dir"], log) else None
         launches.append(launch)

@@ -12,6 +12,7 @@ import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -19,6 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from markupsafe import Markup
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # the rcParams names (a Literal), in matplotlib's stubs
 
 VARIANT_COLOURS = {"baseline": "#4c72b0", "candidate": "#dd8452"}
 EXTRA_VARIANT_COLOURS = ["#55a868", "#8172b3", "#937860", "#da8bc3"]
@@ -32,9 +36,9 @@ REGION_COLOURS = {
 EXTRA_REGION_COLOURS = ["#e7ba52", "#ce6dbd", "#843c39", "#393b79"]
 MATCH_COLOUR = "#d62728"  # kernels/ops that match the count pattern (the softmax)
 
-_RC = {
-    "svg.fonttype": "none",
-    "text.parse_math": False,  # names come from files: a `$` is a character, not mathtext  # text stays text: searchable, no embedded glyphs, no font files
+_RC: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",  # text stays text: searchable, no embedded glyphs, no font files
+    "text.parse_math": False,  # names come from files: a `$` is a character, not mathtext
     "svg.hashsalt": "harness-report",  # stable clip-path ids, so a rebuilt report diffs cleanly
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial", "sans-serif"],

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.report import analysis_view as av
 from harness.report import figures
-from harness.report.data import ReportData, plottable
+from harness.report.data import ReportData, as_object, plottable
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
 from harness.report.page import VERDICT_CLASS, render
 from harness.scenario import render_args
@@ -70,7 +70,7 @@ class _Rule:
 
 def _rule(rule: dict[str, Any]) -> _Rule:
     pre = [p for p in rule.get("preconditions") or [] if isinstance(p, dict)]
-    numbers = rule.get("numbers") if isinstance(rule.get("numbers"), dict) else {}
+    numbers = as_object(rule.get("numbers"))
     scalars = {k: v for k, v in numbers.items() if not isinstance(v, (list, dict))}
     if numbers.get("first_difference"):
         scalars["first_difference"] = json.dumps(numbers["first_difference"])
@@ -201,7 +201,7 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
     """The paired differences per round, and (warm modes) the launches next to the blocks: how far
     apart two launches of one arm were, against how far apart two blocks of one launch were."""
     rule = next(iter(data.rules_of_kind("tpot_gain")), None) or next(iter(data.rules_of_kind("aa_noise")), None)
-    numbers = rule.get("numbers") if isinstance(rule, dict) and isinstance(rule.get("numbers"), dict) else {}
+    numbers = as_object(rule.get("numbers")) if isinstance(rule, dict) else {}
     reps, ratios = numbers.get("pair_repetitions") or [], numbers.get("pair_ratios") or []
     pairs = [(r, x) for r, x in zip(reps, map(plottable, ratios)) if isinstance(r, int) and x is not None and x > 0]
     out: dict[str, Any] = {"has_pairs": bool(pairs), "pairs": None, "launches": None}
@@ -209,7 +209,7 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
         ci = (tpot.ci_low, tpot.ci_high) if tpot.ci_low is not None and tpot.ci_high is not None else None
         out["pairs"] = _safe(data, "paired differences", figures.pairs_figure, [r for r, _ in pairs],
                              [x for _, x in pairs], tpot.ratio, ci, tpot.min_gain)
-    nested = numbers.get("nested") if isinstance(numbers.get("nested"), dict) else None
+    nested = as_object(numbers.get("nested"))
     if not (data.launches or nested):
         return out
     spread = None
@@ -220,12 +220,12 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
             spread.update(launch_sd=f"{launch_sd:.2%}", launch_p=f"{nested.get('launch_p') or float('nan'):.2g}")
             if not spread["pooled"]:
                 spread["df"] = f"{nested.get('df') or float('nan'):.1f}"
-    levels = nested.get("launch_means") if nested and isinstance(nested.get("launch_means"), dict) else {}
+    levels = as_object(nested.get("launch_means"))
     rows = []
     for launch in data.launches:
         served = [t for t in data.trials if t.launch == launch.get("dir")]
         tpots = [v for t in served if t.ok and t.kind == "timed" and (v := t.number("median_tpot_ms")) is not None]
-        level = levels.get(launch.get("dir"))
+        level = levels.get(launch.get("dir", ""))  # every launch has its dir (data.py keeps no other)
         log = launch.get("server_log")
         rows.append({
             "dir": launch.get("dir", "?"), "arm": launch.get("arm", "?"), "status": launch.get("status", "?"),
@@ -303,7 +303,7 @@ def _environment(data: ReportData) -> dict[str, Any]:
     one row per key, with whether the variants differ."""
     env = data.environment
     names = data.variant_names
-    per_variant = env.get("variants") if isinstance(env.get("variants"), dict) else {}
+    per_variant = as_object(env.get("variants"))
     shared = {k: v for k, v in env.items() if k != "variants"}
     columns: dict[str, dict[str, str]] = {}
     for name in names:

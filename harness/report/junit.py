@@ -47,7 +47,7 @@ def _details(rule: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def junit_tree(data: ReportData) -> ET.ElementTree:
+def junit_tree(data: ReportData) -> ET.ElementTree[ET.Element]:
     suite_name = f"harness.{data.scenario_name}"
     rules = data.rules
     duration = _duration_s(data.run)

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness.report.data import ReportData, plottable
+from harness.report.data import ReportData, as_object, plottable
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -146,16 +146,16 @@ class CountRow:
 def counts_from_rules(data: ReportData) -> list[CountRow]:
     """The observations of the kernel_count rules (the regions and patterns the rules name)."""
     rows: list[CountRow] = []
-    seen: set[tuple[str, str, str, str, str]] = set()
+    seen: set[tuple[str, ...]] = set()  # (variant, trial, rank, region, pattern)
     for rule in data.rules_of_kind("kernel_count"):
-        numbers = rule.get("numbers") if isinstance(rule.get("numbers"), dict) else {}
+        numbers = as_object(rule.get("numbers"))
         for obs in numbers.get("observations") or []:
             if not isinstance(obs, dict):
                 continue
             key = tuple(str(obs.get(k)) for k in ("variant", "trial", "rank", "region", "pattern"))
             if key in seen:
                 continue
-            seen.add(key)  # type: ignore[arg-type]
+            seen.add(key)
             rows.append(
                 CountRow(
                     variant=str(obs.get("variant")),

@@ -11,7 +11,7 @@ from harness.report.data import ReportData
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
 from harness.verdict.verdicts import Verdict
 
-VERDICT_ICON = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.INCONCLUSIVE: "⚠️", Verdict.INFO: "ℹ️"}
+VERDICT_ICON: dict[str, str] = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.INCONCLUSIVE: "⚠️", Verdict.INFO: "ℹ️"}
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 

@@ -16,7 +16,16 @@ import shutil
 from pathlib import Path
 
 from harness.errors import HarnessInputError
-from harness.rundir import SCHEMA_VERSION, AnalysisRecord, EnvironmentRecord, RunRecord, read_record, write_record
+from harness.rundir import (
+    SCHEMA_VERSION,
+    AnalysisRecord,
+    EnvironmentRecord,
+    LaunchEntry,
+    PlanEntry,
+    RunRecord,
+    read_record,
+    write_record,
+)
 
 
 def adopt_trials(run_dir: Path, source: Path) -> list[str]:
@@ -28,14 +37,16 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
     if run.scenario != other.scenario or (run.mode or "restart") != (other.mode or "restart"):
         raise HarnessInputError(f"{source}: a run of scenario {other.scenario!r} ({other.mode}) cannot "
                                 f"join {run_dir} ({run.scenario!r}, {run.mode})")
-    adopted = [*other.plan, *other.launches]
+    adopted: list[PlanEntry | LaunchEntry] = [*other.plan, *other.launches]
+    dirs: list[str] = []
     for entry in adopted:  # all checked before anything changes
         if entry.dir is None:
             raise HarnessInputError(f"{source / 'run.json'}: {entry.index}: an entry without `dir`")
         if (run_dir / entry.dir).exists() or (run_dir / entry.dir).is_symlink():
             raise HarnessInputError(f"{run_dir / entry.dir}: already exists: the two runs are not subsets of one plan")
-    for entry in adopted:
-        _link(run_dir / entry.dir, source / entry.dir)
+        dirs.append(entry.dir)
+    for rel in dirs:
+        _link(run_dir / rel, source / rel)
     run.plan = sorted([*run.plan, *other.plan], key=lambda e: e.index)
     run.launches = sorted([*run.launches, *other.launches], key=lambda e: e.index)
     run.trials_done = (run.trials_done or 0) + (other.trials_done or 0)

@@ -172,14 +172,17 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         _cancel_loop = cancel
         if _active and _interrupted_by is not None:
             task.cancel()  # an interrupt already arrived: start no new work
+        cancelled = False
         try:
             result = loop.run_until_complete(task)
         except asyncio.CancelledError:
             if not (_active and _interrupted_by is not None):
                 raise
-            result = None
+            cancelled = True
     finally:
         runner.close()  # cancels what is left; an interrupt meanwhile only cancels, never raises
         _cancel_loop = previous
     raise_if_interrupted()
-    return result  # type: ignore[return-value]
+    if cancelled:  # by the interrupt raised just above: never a result that is not one
+        raise asyncio.CancelledError
+    return result

@@ -5,6 +5,7 @@ launches (`Launches`: started when first needed, stopped after their last trial)
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -262,7 +263,7 @@ class Launches:
             self._step(launch, server.wait_ready)
             log = RequestLog(server.dir / "requests.jsonl")
             try:
-                self._step(launch, lambda server=server, log=log: server.warm_up(log))
+                self._step(launch, functools.partial(server.warm_up, log))
             finally:
                 with interrupts_deferred(), contextlib.suppress(WriteError):
                     log.finish()  # the appended lines stay if the rewrite fails

@@ -214,11 +214,12 @@ def _full_plan(scenario: Scenario, *, aa: bool) -> Plan:
     timed_orders = _orders(names, spec.repetitions, spec.order, spec.seed + 1)
     if not spec.warm:
         n = scenario.workload.num_requests
-        sequence = [(arm, "profiled", rep, None) for rep, block in enumerate(profiled_orders) for arm in block]
-        sequence += [(arm, "timed", rep, None) for rep, block in enumerate(timed_orders) for arm in block]
+        sequence: list[tuple[str, TrialKind, int]] = [
+            (arm, "profiled", rep) for rep, block in enumerate(profiled_orders) for arm in block]
+        sequence += [(arm, "timed", rep) for rep, block in enumerate(timed_orders) for arm in block]
         return Plan("restart", [
             Trial(index=i, variant=arm, kind=kind, repetition=rep, config=arm_config[arm], first_prompt=0)
-            for i, (arm, kind, rep, _) in enumerate(sequence)
+            for i, (arm, kind, rep) in enumerate(sequence)
         ] if n else [])
     return _warm_plan(scenario, names, arm_config, profiled_orders, timed_orders)
 
@@ -226,6 +227,7 @@ def _full_plan(scenario: Scenario, *, aa: bool) -> Plan:
 def _warm_plan(scenario: Scenario, names: list[str], arm_config: dict[str, str],
                profiled_orders: list[list[str]], timed_orders: list[list[str]]) -> Plan:
     spec = scenario.trials
+    assert spec.seed is not None  # _full_plan's with_run_seed set it
     per_arm = spec.launches_per_arm
     rounds = spec.repetitions
     block = block_size(scenario)

@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -255,7 +255,7 @@ class ServerProcess:
         self.stop_grace_s = stop_grace_s
         self.returncode: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log_file = None
+        self._log_file: BinaryIO | None = None
 
     @property
     def base_url(self) -> str:

@@ -159,6 +159,8 @@ async def send_request(
     max_new_tokens: int | None = None,
 ) -> RequestRow:
     record = RequestRow.sent(prompt.index, prompt.warmup)
+    output_ids = record.output_ids  # sent() starts it empty; filled in place as the chunks arrive
+    assert output_ids is not None
     body = {
         **prompt.payload(),
         "sampling_params": {
@@ -196,17 +198,17 @@ async def send_request(
                     return record
                 meta = chunk.get("meta_info") or meta
                 ids = chunk.get("output_ids")
-                before = len(record.output_ids)
+                before = len(output_ids)
                 if isinstance(ids, list):
                     # SGLang streams cumulative ids by default, incremental ones with
                     # --incremental-streaming-output: the completion count tells which.
                     if len(ids) == meta.get("completion_tokens", -1) or (
-                        len(ids) >= before and ids[:before] == record.output_ids and before > 0
+                        len(ids) >= before and ids[:before] == output_ids and before > 0
                     ):
-                        record.output_ids = list(ids)
+                        output_ids[:] = ids
                     else:
-                        record.output_ids.extend(ids)
-                if len(record.output_ids) > before:
+                        output_ids.extend(ids)
+                if len(output_ids) > before:
                     if record.ttft_ms is None:
                         record.ttft_ms = (now - start) * 1000
                     elif last_chunk_at is not None:
@@ -224,7 +226,7 @@ async def send_request(
         record.error = "stream ended without `data: [DONE]`"
     record.e2e_ms = (end - start) * 1000
     record.prompt_tokens = _count(meta.get("prompt_tokens"))
-    record.completion_tokens = int(meta.get("completion_tokens", len(record.output_ids)))
+    record.completion_tokens = int(meta.get("completion_tokens", len(output_ids)))
     verify = meta.get("spec_verify_ct")
     record.spec_verify_ct = int(verify) if verify is not None else None
     record.finish_reason = _finish_reason(meta.get("finish_reason"))

@@ -112,12 +112,13 @@ def build(out_dir: Path, *, vocab_size: int, hidden_size: int, intermediate_size
         for rows in torch.split(sample, 1024):
             same += int(((normed[rows] @ head.T).argmax(-1) == ((embeddings[rows] @ mix.T) @ head.T).argmax(-1)).sum())
         agreement = same / len(sample)
-    manifest = {"vocab_size": vocab_size, "hidden_size": hidden_size, "intermediate_size": intermediate_size,
-                "num_layers": num_layers, "alpha": alpha, "seed": SEED, "agreement": round(agreement, 4),
-                "target": TARGET_DIR, "draft": DRAFT_DIR, "sha256": {}}
+    sha256: dict[str, str] = {}
     for directory in (target_dir, draft_dir):
         for path in sorted(directory.glob("*.safetensors")):
-            manifest["sha256"][str(path.relative_to(out_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
+            sha256[str(path.relative_to(out_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest = {"vocab_size": vocab_size, "hidden_size": hidden_size, "intermediate_size": intermediate_size,
+                "num_layers": num_layers, "alpha": alpha, "seed": SEED, "agreement": round(agreement, 4),
+                "target": TARGET_DIR, "draft": DRAFT_DIR, "sha256": sha256}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Literal, TypeVar, get_args
 
 import pandas as pd
 from pydantic import PrivateAttr
@@ -24,11 +24,17 @@ from harness.traces.schema import (
     CountRow,
     FileAnalysis,
     PatternTotal,
+    RankSource,
     RegionRule,
+    Subject,
     Unit,
     Validity,
     _Model,
 )
+
+
+_SUBJECT_CHOICES: tuple[Subject | Literal["auto"], ...] = ("auto", "gpu_ops", "cpu_ops")
+Key = TypeVar("Key", int, str)  # a histogram's or a name count's keys
 
 
 @dataclass
@@ -154,14 +160,15 @@ def analyze_traces(
     """
     if not paths:
         raise ValueError("analyze_traces: no trace files given")
-    if subject not in ("auto", "gpu_ops", "cpu_ops"):
+    wanted = next((s for s in _SUBJECT_CHOICES if s == subject), None)
+    if wanted is None:
         raise ValueError(f"analyze_traces: subject must be auto, gpu_ops or cpu_ops, not {subject!r}")
     chosen = count_patterns(patterns)
     table = region_table(regions, replace_default=replace_default_regions)
     files, tables = [], []
     for position, path in enumerate(paths):
         trace = read_trace(path, keep_frame=lambda name: table.first_match(name) >= 0)
-        file, kept = analyze_file(trace, chosen, table, subject, position)
+        file, kept = analyze_file(trace, chosen, table, wanted, position)
         files.append(file)
         tables.append(kept)
     analysis = TraceAnalysis(
@@ -175,7 +182,8 @@ def analyze_traces(
 
 
 def analyze_file(
-    trace: TraceTables, patterns: Sequence[NamedPattern], table: RegionTable, subject: str, position: int
+    trace: TraceTables, patterns: Sequence[NamedPattern], table: RegionTable, subject: Subject | Literal["auto"],
+    position: int,
 ) -> tuple[FileAnalysis, FileTables]:
     attribution = attribute(trace, table)
     items = counting.counted_items(attribution, counting.choose_subject(trace, attribution, subject), patterns)
@@ -201,7 +209,7 @@ def analyze_file(
     return file, FileTables(trace=trace, attribution=attribution, items=items)
 
 
-def _rank(trace: TraceTables, position: int) -> tuple[int, str]:
+def _rank(trace: TraceTables, position: int) -> tuple[int, RankSource]:
     if trace.distributed_rank is not None:
         return trace.distributed_rank, "distributedInfo"
     match = RANK_IN_FILE_NAME.search(Path(trace.path).name)
@@ -214,12 +222,13 @@ def combine(files: Sequence[FileAnalysis], region_order: Sequence[str] = ()) -> 
     """All files as one: counts summed, per-replay statistics over every replay of every file.
     Rows come in `region_order` (the region table's), then any other region."""
     histograms = [f.kernels_per_graph_launch for f in files]
+    known = [h for h in histograms if h is not None]
     rows = _combine_counts([r for f in files for r in f.counts], region_order)
     return CombinedAnalysis(
         files=len(files),
         ranks=[f.rank for f in files],
         graph_launches=sum(f.graph_launches for f in files),
-        kernels_per_graph_launch=None if any(h is None for h in histograms) else _sum_counters(histograms),
+        kernels_per_graph_launch=_sum_counters(known) if len(known) == len(histograms) else None,
         validity=_combine_validity(files),
         regions=counting.main_unit_counts(rows),
         counts=rows,
@@ -227,15 +236,15 @@ def combine(files: Sequence[FileAnalysis], region_order: Sequence[str] = ()) -> 
     )
 
 
-def _sum_counters(dicts: Iterable[Mapping]) -> dict:
-    total: Counter = Counter()
+def _sum_counters(dicts: Iterable[Mapping[Key, int]]) -> dict[Key, int]:
+    total: Counter[Key] = Counter()
     for d in dicts:
         total.update(d)
     return dict(sorted(total.items()))
 
 
 def _combine_counts(rows: Sequence[CountRow], region_order: Sequence[str]) -> list[CountRow]:
-    groups: dict[tuple[str, str, str], list[CountRow]] = {}
+    groups: dict[tuple[str, Unit, str], list[CountRow]] = {}
     for row in rows:
         groups.setdefault((row.region, row.unit, row.pattern), []).append(row)
     result = []

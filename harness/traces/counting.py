@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,17 @@ from harness.traces.model import TraceTables, name_mask
 from harness.traces.names import KERNEL_LAUNCH_NAME
 from harness.traces.patterns import NamedPattern
 from harness.traces.regions import COMPANION_REGION, NO_REGION, RegionTable
-from harness.traces.schema import CountRow, PatternTotal, RegionCounts, RegionTime, TopOp, Validity
+from harness.traces.schema import (
+    Basis,
+    CountRow,
+    PatternTotal,
+    RegionCounts,
+    RegionTime,
+    Subject,
+    TopOp,
+    Unit,
+    Validity,
+)
 
 TOP_OPS = 10
 GRAPH_MODE_NOTE = (
@@ -35,18 +46,18 @@ class Items:
     """The counted ops of one file: names, times, and where each belongs."""
 
     frame: pd.DataFrame  # name, ts, dur, is_graph, launch, span, region
-    subject: str  # gpu_ops | cpu_ops
+    subject: Subject
     match: dict[str, np.ndarray]  # pattern name -> does each op match
 
 
-def choose_subject(trace: TraceTables, attribution: Attribution, subject: str = "auto") -> str:
+def choose_subject(trace: TraceTables, attribution: Attribution, subject: Subject | Literal["auto"] = "auto") -> Subject:
     if subject != "auto":
         return subject
     has_gpu_work = len(trace.gpu_ops) > 0 or bool(attribution.launches["is_graph"].any())
     return "gpu_ops" if has_gpu_work or trace.format == "nsys" else "cpu_ops"
 
 
-def counted_items(attribution: Attribution, subject: str, patterns: Sequence[NamedPattern]) -> Items:
+def counted_items(attribution: Attribution, subject: Subject, patterns: Sequence[NamedPattern]) -> Items:
     if subject == "gpu_ops":
         frame = attribution.gpu_ops[["name", "ts", "dur", "is_graph", "launch", "span", "region"]]
     else:
@@ -163,7 +174,7 @@ def main_unit_counts(rows: Sequence[CountRow]) -> dict[str, RegionCounts]:
 
 
 def _row(
-    region: str, unit: str, pattern: str, per_replay: np.ndarray, names: np.ndarray, durations: np.ndarray,
+    region: str, unit: Unit, pattern: str, per_replay: np.ndarray, names: np.ndarray, durations: np.ndarray,
     *, empty: int = 0, note: str | None = None,
 ) -> CountRow:
     if note is None and len(per_replay) == 0:
@@ -178,7 +189,7 @@ def _row(
 
 
 def row_from_histogram(
-    region: str, unit: str, pattern: str, histogram: Counter, time_us: float, names: Counter, empty: int
+    region: str, unit: Unit, pattern: str, histogram: Counter, time_us: float, names: Counter, empty: int
 ) -> CountRow:
     keys = sorted(histogram)
     values = np.repeat(np.array(keys, dtype=np.int64), [histogram[k] for k in keys])
@@ -238,8 +249,10 @@ def region_times(attribution: Attribution, items: Items, table: RegionTable) -> 
         region_spans = span_region == region
         if not n_graph and not region_spans.any():
             continue
+        unit: Unit
         unit, instances = ("graph_launch", n_graph) if n_graph else ("span", int(region_spans.sum()))
         outermost: list[tuple[float, float]] | None = None
+        basis: Basis
         if items.subject == "gpu_ops":
             time_us = robust = float(dur[in_unit & (op_region == region)].sum())
             basis = "gpu_ops"

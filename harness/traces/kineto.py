@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from harness.errors import HarnessInputError
 from harness.traces.model import (
@@ -224,7 +225,7 @@ def _add_batch(batch: list[_Event], builders: dict[str, _TableBuilder], keep_fra
         graph_id[graph_id <= 0] = np.nan  # CUPTI: graph id 0 = not in a graph; -1 = not given
         builders["gpu"].add(
             name=_name_column(gpu),
-            kind=[GPU_OP_KIND_OF_CATEGORY[e.cat] for e in gpu],
+            kind=[GPU_OP_KIND_OF_CATEGORY[e.cat or ""] for e in gpu],  # routed here by its (str) category
             ts=_float_column(gpu, "ts"),
             dur=_float_column(gpu, "dur"),
             correlation=_int_column(args, "correlation", gpu),
@@ -246,7 +247,7 @@ def _add_batch(batch: list[_Event], builders: dict[str, _TableBuilder], keep_fra
         if events:
             builders[key].add(
                 name=_name_column(events),
-                kind=[ANNOTATION_KIND_OF_CATEGORY.get(e.cat, "cpu_op") for e in events],
+                kind=[ANNOTATION_KIND_OF_CATEGORY.get(e.cat or "", "cpu_op") for e in events],
                 pid=_id_column(events, "pid"),
                 tid=_id_column(events, "tid"),
                 ts=_float_column(events, "ts"),
@@ -450,7 +451,7 @@ class _TableBuilder:
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
         self.codes: dict[str, dict[str, int]] = {c: {} for c, t in columns.items() if t == "category"}
 
-    def add(self, **values: list) -> None:
+    def add(self, **values: ArrayLike) -> None:
         for column, dtype in self.columns.items():
             if column in self.codes:
                 # factorize in C, then map this slice's few distinct values to the file's codes

@@ -6,11 +6,15 @@ each distinct kernel or frame name is stored once however often it occurs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from harness.traces.schema import TraceFormat  # the tables stay apart from the pydantic schema at run time
 
 # column -> dtype of each table (names are `category`).
 GPU_OP_COLUMNS = {
@@ -54,7 +58,7 @@ class TraceTables:
     """
 
     path: str
-    format: str  # kineto | nsys
+    format: TraceFormat
     platform: str  # cuda | rocm | cpu | unknown
     gpu_ops: pd.DataFrame
     runtime: pd.DataFrame
@@ -64,7 +68,7 @@ class TraceTables:
     graph_trace_mode: str | None = None  # nsys CUDA_GRAPH_TRACE_OPTIONS:MODE, e.g. "Graph", "Node"
 
 
-def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
+def name_mask(names: pd.Series, predicate: Callable[[str], object]) -> np.ndarray:
     """`predicate` over a categorical name column, evaluated once per distinct name."""
     per_name = np.array([bool(predicate(str(n))) for n in names.cat.categories] + [False])
     return per_name[names.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing False
@@ -74,9 +78,9 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
-def frame_from_columns(columns: dict[str, str], data: dict[str, object]) -> pd.DataFrame:
+def frame_from_columns(columns: Mapping[str, str], data: Mapping[str, Any]) -> pd.DataFrame:
     """A table with exactly `columns`, typed; `data` holds arrays or (codes, categories) pairs."""
-    out = {}
+    out: dict[str, Any] = {}
     for column, dtype in columns.items():
         value = data[column]
         if dtype == "category":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Mapping
 from contextlib import closing
 
 import numpy as np
@@ -78,7 +79,7 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
 
 
-def _select(db: sqlite3.Connection, path: str, table: str, wanted: dict[str, tuple[str, ...] | None]) -> str:
+def _select(db: sqlite3.Connection, path: str, table: str, wanted: Mapping[str, tuple[str, ...] | None]) -> str:
     """`expr AS alias, ...` for a table's columns across export versions: each alias takes the first
     column of its candidates that the table has, NULL if none (None: required, bad input if absent)."""
     have = _columns(db, table)
@@ -93,7 +94,7 @@ def _select(db: sqlite3.Connection, path: str, table: str, wanted: dict[str, tup
 
 
 # alias -> columns that hold it in some export version (first found wins)
-_GPU_COLUMNS = {
+_GPU_COLUMNS: dict[str, tuple[str, ...] | None] = {
     "start": None,
     "end": None,
     "correlation": ("correlationId",),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -65,7 +65,7 @@ def _print_facts(v: Validity, graph_launches: int, histogram: dict[int, int] | N
 def _counts_table(rows: list[CountRow]) -> Table:
     table = Table(show_lines=False)
     for column in ("region", "unit", "pattern", "replays", "total", "min", "median", "max", "time us", "matched"):
-        justify = "right" if column in ("replays", "total", "min", "median", "max", "time us") else "left"
+        justify: JustifyMethod = "right" if column in ("replays", "total", "min", "median", "max", "time us") else "left"
         table.add_column(column, justify=justify, overflow="fold")
     for r in rows:
         by_short_name: Counter[str] = Counter()

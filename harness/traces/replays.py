@@ -95,7 +95,7 @@ def count_in_graph_replays(
     validity = analysis.combined.validity
     if validity.subject == "mixed":
         raise CountUnavailable(f"{source}: GPU traces and CPU-only traces together: give one kind")
-    unit = "graph_launch" if validity.subject == "gpu_ops" else "span"
+    unit: Literal["graph_launch", "span"] = "graph_launch" if validity.subject == "gpu_ops" else "span"
     row = analysis.count(region, name, unit)
     if row is None:
         raise CountUnavailable(_why_absent(analysis, region, unit, source))
@@ -125,15 +125,17 @@ def _why_absent(analysis: TraceAnalysis, region: str, unit: str, source: str) ->
     return f"{source}: region {region!r} has no {what}{eager} (regions that have: {elsewhere}){blind}"
 
 
-def _trace_files(trace_or_profile: Any) -> tuple[list[str | os.PathLike], str]:
-    """The trace paths, and how to name them in a message."""
+def _trace_files(trace_or_profile: Any) -> tuple[list[str], str]:
+    """The trace paths, and how to name them in a message. A path-like object is read by its path
+    (os.fsdecode), not by its str(): a directory entry's str() is not its path."""
     if hasattr(trace_or_profile, "export_chrome_trace"):
-        return [_exported(trace_or_profile)], "the profile"
+        return [str(_exported(trace_or_profile))], "the profile"
     if isinstance(trace_or_profile, (str, os.PathLike)):
-        return [trace_or_profile], str(trace_or_profile)
+        path = os.fsdecode(trace_or_profile)
+        return [path], path
     if isinstance(trace_or_profile, Sequence) and all(isinstance(p, (str, os.PathLike)) for p in trace_or_profile):
-        paths = list(trace_or_profile)
-        return paths, str(paths[0]) if len(paths) == 1 else f"{len(paths)} traces"
+        paths = [os.fsdecode(p) for p in trace_or_profile]
+        return paths, paths[0] if len(paths) == 1 else f"{len(paths)} traces"
     raise TypeError("count_in_graph_replays: expected a torch.profiler.profile, a trace path or a list of them, "
                     f"not {type(trace_or_profile).__name__}")
 

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict
 SCHEMA_VERSION = 1
 Unit = Literal["graph_launch", "span", "trace"]
 Subject = Literal["gpu_ops", "cpu_ops"]
+Basis = Literal["gpu_ops", "span_wall"]  # what a region's time sums (RegionTime)
+TraceFormat = Literal["kineto", "nsys"]
+RankSource = Literal["distributedInfo", "file_name", "position"]
 
 
 class _Model(BaseModel):
@@ -69,7 +72,7 @@ class RegionTime(_Model):
     unit: Unit
     instances: int
     time_us: float
-    basis: Literal["gpu_ops", "span_wall"]
+    basis: Basis
     # time_us without the outliers a busy CPU puts into wall time: on span_wall the median wall
     # time of one (outermost) span times their number; on gpu_ops equal to time_us
     robust_time_us: float | None = None
@@ -125,10 +128,10 @@ class Validity(_Model):
 
 class FileAnalysis(_Model):
     path: str
-    format: Literal["kineto", "nsys"]
+    format: TraceFormat
     platform: str  # cuda | rocm | cpu
     rank: int
-    rank_source: Literal["distributedInfo", "file_name", "position"]
+    rank_source: RankSource
     graph_launches: int
     kernels_per_graph_launch: dict[int, int] | None  # kernels in a launch -> launches; null: unknown
     validity: Validity

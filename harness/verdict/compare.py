@@ -26,12 +26,13 @@ def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: fl
     e = estimate.to_dict()
     limit = 1.0 + max_slowdown
     numbers = {"a_ms": a, "b_ms": b, **e}
-    if len(a) < 2 or len(b) < 2 or not estimate.reliable:
+    low, high = estimate.ci_low, estimate.ci_high  # set whenever the estimate is reliable
+    if len(a) < 2 or len(b) < 2 or not estimate.reliable or low is None or high is None:
         verdict, reason = INCONCLUSIVE, f"too little data: {estimate.reason or f'{len(a)} and {len(b)} trials'}"
-    elif estimate.ci_high < limit:
+    elif high < limit:
         verdict, reason = PASS, (f"TPOT B/A = {estimate.ratio:.4f} (CI {estimate.ci_low:.4f}..{estimate.ci_high:.4f}) "
                                  f"is below the allowed {limit:.3f}")
-    elif estimate.ci_low > limit:
+    elif low > limit:
         verdict, reason = FAIL, (f"TPOT B/A = {estimate.ratio:.4f} (CI {estimate.ci_low:.4f}..{estimate.ci_high:.4f}): "
                                  f"B is slower than A by more than {max_slowdown:.1%}")
     else:

@@ -115,11 +115,14 @@ def _trace_validity(file_facts: FileAnalysis, *, max_unlabelled_fraction: float,
 
 
 def _bound(check: KernelCountCheck) -> tuple[str, int, Callable[[float], bool]]:
-    if check.equals is not None:
-        return "==", check.equals, lambda x: x == check.equals
-    if check.at_most is not None:
-        return "<=", check.at_most, lambda x: x <= check.at_most
-    return ">=", check.at_least, lambda x: x >= check.at_least  # type: ignore[operator]
+    equals, at_most, at_least = check.equals, check.at_most, check.at_least
+    if equals is not None:
+        return "==", equals, lambda x: x == equals
+    if at_most is not None:
+        return "<=", at_most, lambda x: x <= at_most
+    if at_least is not None:
+        return ">=", at_least, lambda x: x >= at_least
+    raise ValueError(f"check {check.name!r}: give exactly one bound: equals, at_most or at_least")
 
 
 def expects_absence(check: KernelCountCheck) -> bool:
@@ -164,7 +167,7 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
                 if op == "==" and check.per == "replay":
                     ok = counts.per_replay_min == bound and counts.per_replay_max == bound
                 else:
-                    ok = holds(value)
+                    ok = value is not None and holds(value)  # set whenever the region has units
                 eager = eager_pattern_total(facts, check.region, check.pattern)
                 if expects_absence(check) and eager:
                     ok = False
@@ -323,7 +326,7 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
     fraction = identical / compared if compared else None
     numbers.update({"compared": compared, "identical": identical, "fraction": fraction,
                     "first_difference": first, "baseline_self_differences": self_differences})
-    if not compared:
+    if fraction is None:
         return _result(check, INCONCLUSIVE, "no request completed in both variants: nothing to compare",
                        numbers, preconditions)
     if fraction < check.min_fraction:
@@ -408,8 +411,8 @@ def timed_blocks(run: RunDir, baseline: str, candidate: str) -> TimedBlocks:
                 continue
             rows.append((variant, launch, block, rep, float(value)))
     note = f"{unusable} block(s) without a launch or round" if unusable else ""
-    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
-    return TimedBlocks(*[list(c) for c in cols], note=note)  # type: ignore[arg-type]
+    return TimedBlocks(variant=[r[0] for r in rows], launch=[r[1] for r in rows], time_block=[r[2] for r in rows],
+                       repetition=[r[3] for r in rows], tpot_ms=[r[4] for r in rows], note=note)
 
 
 def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -583,18 +586,20 @@ def _per_cycle_normalized(base: RegionTimes, cand: RegionTimes, regions: list[st
     """Per region, (baseline, candidate) us per cycle on the baseline's scale, from span ratios to the
     reference region cycle by cycle; None when a profiled trace lacks the spans (a GPU trace, or an
     analysis written before spans were recorded)."""
-    if not base.spans or not cand.spans or any(s is None for s in base.spans + cand.spans):
+    base_spans = [s for s in base.spans if s is not None]
+    cand_spans = [s for s in cand.spans if s is not None]
+    if not base.spans or not cand.spans or len(base_spans) < len(base.spans) or len(cand_spans) < len(cand.spans):
         return None
-    if any(r not in s or not s[r] for s in base.spans + cand.spans for r in [*regions, reference]):
+    if any(r not in s or not s[r] for s in base_spans + cand_spans for r in [*regions, reference]):
         return None
     # the baseline's reference time per instance: the unit both variants' ratios are turned back into
-    ref_us = float(np.median([b for s in base.spans for _, b in s[reference]]))
+    ref_us = float(np.median([b for s in base_spans for _, b in s[reference]]))
     out = {}
     for region in regions:
         per = []
-        for times in (base, cand):
+        for times, spans in ((base, base_spans), (cand, cand_spans)):
             per_instance = float(np.median(_span_ratios(times, region, reference))) * ref_us
-            per.append(per_instance * sum(len(s[region]) for s in times.spans) / times.cycles)
+            per.append(per_instance * sum(len(s[region]) for s in spans) / times.cycles)
         out[region] = (per[0], per[1])
     return out
 
@@ -688,6 +693,7 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
     if predicted <= 0:
         return _result(check, INCONCLUSIVE, f"{summary}: the regions are not faster in the candidate, so there is "
                        "no saving to explain", numbers, preconditions)
+    assert ratio is not None and ratio_lo is not None and ratio_hi is not None  # predicted > 0
     summary += f"; ratio {ratio:.2f} [{ratio_lo:.2f}, {ratio_hi:.2f}] ({check.confidence:.0%})"
     low, high = check.min_ratio, check.max_ratio
     if low is not None and ratio_hi < low:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from statistics import NormalDist
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeAlias, TypedDict
 
 import numpy as np
 
@@ -18,6 +18,10 @@ from harness.verdict.verdicts import Verdict  # re-exported by harness.verdict.s
 #: Fewest trials per arm for a reliable bootstrap interval and for a PASS/FAIL verdict (see the
 #: coverage table in the module docstring). Also the floor of `repetitions_needed`.
 MIN_TRIALS = 5
+
+#: What the functions of the statistics modules take as a list of values: a sequence of numbers or
+#: an array (both go through `np.asarray`).
+Values: TypeAlias = Sequence[float] | np.ndarray
 
 # Asymptotic variance of a sample median of normal data is (pi/2) * sigma^2 / n.
 _MEDIAN_VAR_FACTOR = math.pi / 2
@@ -52,8 +56,10 @@ def _plain(value: Any) -> Any:
 class _Result:
     """Mixin: `to_dict()` for frozen dataclasses (floats as float, no numpy types, no NaN)."""
 
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each subclass
+
     def to_dict(self) -> dict[str, Any]:
-        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        fields = dataclasses.fields(self)
         return {f.name: _plain(getattr(self, f.name)) for f in fields}
 
 
@@ -86,6 +92,17 @@ class RatioEstimate(_Result):
     def gain(self) -> float | None:
         """1 - ratio (positive: candidate is faster), or None."""
         return None if self.ratio is None else 1.0 - self.ratio
+
+
+class RatioCommon(TypedDict):
+    """The fields of a `RatioEstimate` that a function fills the same way on each of its returns."""
+
+    confidence: float
+    n_baseline: int
+    n_candidate: int
+    statistic: str
+    resamples: int
+    seed: int | None
 
 
 class RankTest(NamedTuple):
@@ -202,7 +219,7 @@ def _check_resamples(resamples: int) -> None:
         raise ValueError(f"resamples must be an int >= 100, got {resamples!r}")
 
 
-def _clean(values: Sequence[float] | np.ndarray, name: str) -> tuple[np.ndarray, str | None]:
+def _clean(values: Values, name: str) -> tuple[np.ndarray, str | None]:
     """Return (array, problem). The problem is a reason string for bad *data* (never raises)."""
     try:
         arr = np.asarray(values, dtype=float).ravel()

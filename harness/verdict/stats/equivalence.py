@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as _st
@@ -12,7 +11,9 @@ from scipy import stats as _st
 from harness.verdict.stats.base import (
     _EPS,
     EquivalenceDecision,
+    RatioCommon,
     RatioEstimate,
+    Values,
     _check_unit,
     _clean,
     _zero_spread,
@@ -24,8 +25,8 @@ from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
 
 
 def equivalence_within(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     *,
     rel_tolerance: float,
     confidence: float = 0.90,
@@ -57,7 +58,7 @@ def equivalence_within(
     lower, upper = 1.0 - tol, 1.0 + tol
     b, pb = _clean(baseline, "baseline")
     c, pc = _clean(candidate, "candidate")
-    common = dict(
+    common = RatioCommon(
         confidence=float(confidence),
         n_baseline=int(b.size),
         n_candidate=int(c.size),
@@ -116,8 +117,8 @@ def equivalence_within(
 
 
 def paired_equivalence_within(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     *,
     rel_tolerance: float,
     confidence: float = 0.90,
@@ -139,7 +140,7 @@ def paired_equivalence_within(
     c, pc = _clean(candidate, "candidate")
     if not (pb or pc) and b.size != c.size:
         raise ValueError(f"paired values need one baseline and one candidate per pair; got {b.size} and {c.size}")
-    common = dict(confidence=float(confidence), n_baseline=int(b.size), n_candidate=int(c.size),
+    common = RatioCommon(confidence=float(confidence), n_baseline=int(b.size), n_candidate=int(c.size),
                   statistic="geometric mean of pair ratios", resamples=0, seed=None)
 
     def decision(verdict: Verdict, reason: str, est: RatioEstimate, exact: bool = False) -> EquivalenceDecision:

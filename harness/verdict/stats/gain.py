@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
 
 import numpy as np
 
-from harness.verdict.stats.base import MIN_TRIALS, GainDecision, _check_unit
+from harness.verdict.stats.base import MIN_TRIALS, GainDecision, Values, _check_unit
 from harness.verdict.verdicts import INCONCLUSIVE
 from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from harness.verdict.stats.paired import paired_tpot_gain_decision
@@ -22,8 +21,8 @@ from harness.verdict.stats.unpaired import (
 
 
 def tpot_gain_decision(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     *,
     min_gain: float,
     confidence: float = 0.95,

@@ -29,13 +29,13 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import optimize as _opt
 from scipy import stats as _st
 
-from harness.verdict.stats.base import GainDecision, RatioEstimate, _check_unit, _clean, _Result, _z
+from harness.verdict.stats.base import GainDecision, RatioCommon, RatioEstimate, Values, _check_unit, _clean, _Result, _z
 from harness.verdict.verdicts import INCONCLUSIVE
 from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from harness.verdict.stats.paired import MIN_PAIRS
@@ -107,7 +107,7 @@ def _reml_terms(y: np.ndarray, x: np.ndarray, zz: np.ndarray, lam: float) -> tup
 
 
 def fit_nested(
-    values: Sequence[float],
+    values: Values,
     candidate: Sequence[bool],
     launch: Sequence[str],
     time_block: Sequence[object],
@@ -127,9 +127,9 @@ def fit_nested(
     per_arm = {name: len(set(launch_arr[arm == flag].tolist())) for name, flag in (("baseline", False), ("candidate", True))}
     empty = NestedFit(None, None, None, None, None, int(y_raw.size), per_arm, len(set(tb.tolist())), {}, "")
     if problem:
-        return _replace(empty, reason=problem)
+        return replace(empty, reason=problem)
     if per_arm["baseline"] == 0 or per_arm["candidate"] == 0:
-        return _replace(empty, reason="both arms need samples")
+        return replace(empty, reason="both arms need samples")
     mixed = [u for u in set(launch_arr.tolist()) if len(set(arm[launch_arr == u].tolist())) > 1]
     if mixed:
         raise ValueError(f"launch {mixed[0]!r} serves both arms")
@@ -137,7 +137,7 @@ def fit_nested(
     x, z, launches = _design(arm, launch_arr, tb)
     n, p = x.shape
     if n - p < 1:
-        return _replace(empty, reason=f"{n} samples for {p} fixed effects: no residual degrees of freedom")
+        return replace(empty, reason=f"{n} samples for {p} fixed effects: no residual degrees of freedom")
     zz = z @ z.T
     # Launches nested in arms with one launch per arm: Z is collinear with X, lambda is not
     # identifiable; fit without the launch term (the estimate is then marked unreliable upstream).
@@ -235,20 +235,14 @@ def _satterthwaite_df(x: np.ndarray, z: np.ndarray, s2_block: float, s2_launch: 
     return float(min(max(2.0 * f * f / denom, 1.0), n - x.shape[1]))
 
 
-def _replace(fit: NestedFit, **changes: object) -> NestedFit:
-    import dataclasses
-
-    return dataclasses.replace(fit, **changes)
-
-
 def nested_ratio_ci(fit: NestedFit, *, confidence: float = 0.95) -> RatioEstimate:
     """The candidate/baseline ratio exp(delta) with its t interval (Satterthwaite df)."""
     _check_unit("confidence", confidence)
     launches = fit.n_launches
-    common = dict(confidence=float(confidence), n_baseline=int(fit.n_blocks), n_candidate=int(fit.n_blocks),
-                  statistic="geometric mean", method="mixed-model-t", resamples=0, seed=None)
+    common = RatioCommon(confidence=float(confidence), n_baseline=int(fit.n_blocks), n_candidate=int(fit.n_blocks),
+                         statistic="geometric mean", resamples=0, seed=None)
     if fit.log_ratio is None or fit.se is None:
-        return RatioEstimate(None, None, None, reliable=False, reason=fit.reason or "no fit", **{**common, "method": "none"})
+        return RatioEstimate(None, None, None, reliable=False, reason=fit.reason or "no fit", method="none", **common)
     ratio = math.exp(fit.log_ratio)
     problems = []
     if min(launches.values()) < MIN_LAUNCHES:
@@ -257,17 +251,18 @@ def nested_ratio_ci(fit: NestedFit, *, confidence: float = 0.95) -> RatioEstimat
     if fit.n_time_blocks < MIN_PAIRS:
         problems.append(f"{fit.n_time_blocks} rounds; a verdict needs >= {MIN_PAIRS}")
     if fit.se == 0 or fit.df is None:
-        return RatioEstimate(ratio, ratio, ratio, reliable=False, reason="; ".join(problems + ["zero spread"]), **common)
+        return RatioEstimate(ratio, ratio, ratio, reliable=False, reason="; ".join(problems + ["zero spread"]),
+                             method="mixed-model-t", **common)
     q = float(_st.t.ppf((1 + confidence) / 2, fit.df))
     lo, hi = math.exp(fit.log_ratio - q * fit.se), math.exp(fit.log_ratio + q * fit.se)
     reason = "; ".join(problems) if problems else (
         f"mixed model (REML, Satterthwaite df {fit.df:.1f}) over {fit.n_blocks} blocks in "
         f"{sum(launches.values())} launches")
-    return RatioEstimate(ratio, lo, hi, reliable=not problems, reason=reason, **common)
+    return RatioEstimate(ratio, lo, hi, reliable=not problems, reason=reason, method="mixed-model-t", **common)
 
 
 def nested_tpot_gain_decision(
-    values: Sequence[float],
+    values: Values,
     candidate: Sequence[bool],
     launch: Sequence[str],
     time_block: Sequence[object],

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from harness.verdict.stats.base import NoiseFloor, _check_unit, _clean
+from harness.verdict.stats.base import NoiseFloor, Values, _check_unit, _clean
 from harness.verdict.verdicts import FAIL
 from harness.verdict.stats.gain import tpot_gain_decision
 from harness.verdict.stats.paired import (
@@ -36,7 +35,7 @@ from harness.verdict.stats.unpaired import (
 _MAD_FACTORS = {2: 1.193, 3: 1.488, 4: 1.362, 5: 1.217, 6: 1.192, 7: 1.139, 8: 1.129, 9: 1.101}
 
 
-def robust_cv(values: Sequence[float]) -> float | None:
+def robust_cv(values: Values) -> float | None:
     """Robust relative spread of positive values: the MAD-based sd of their logs.
 
         cv = b_n * 1.4826 * median(|log x - median(log x)|)
@@ -68,8 +67,8 @@ def _pooled_cv(
 
 
 def noise_floor(
-    values_a: Sequence[float],
-    values_b: Sequence[float] | None = None,
+    values_a: Values,
+    values_b: Values | None = None,
     *,
     min_gain: float | None = None,
     confidence: float = 0.95,
@@ -98,6 +97,8 @@ def noise_floor(
     _check_unit("alpha", alpha)
     _check_unit("power", power)
     problems: list[str] = []
+    a: Values
+    b: Values
     if values_b is None:
         arr, problem = _clean(values_a, "values")
         if problem and arr.size == 0:
@@ -149,8 +150,8 @@ def noise_floor(
 
 
 def _paired_noise_floor(
-    a: Any,
-    b: Any,
+    a: Values,
+    b: Values,
     split: str,
     problems: list[str],
     min_gain: float | None,
@@ -205,7 +206,7 @@ def _paired_noise_floor(
 
 
 def false_verdict_rate(
-    values: Sequence[float],
+    values: Values,
     *,
     min_gain: float,
     n_splits: int = 200,

@@ -5,13 +5,12 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from scipy import stats as _st
 
-from harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioEstimate, _check_unit, _clean
+from harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioCommon, RatioEstimate, Values, _check_unit, _clean
 from harness.verdict.verdicts import INCONCLUSIVE
 from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 
@@ -31,7 +30,7 @@ _LOG_TOL = 1e-12
 
 
 def _clean_pairs(
-    baseline: Sequence[float] | np.ndarray, candidate: Sequence[float] | np.ndarray
+    baseline: Values, candidate: Values
 ) -> tuple[np.ndarray, np.ndarray, str | None]:
     """Aligned arrays and a data problem (reason) or None; ValueError on mismatched lengths.
 
@@ -51,8 +50,8 @@ def _clean_pairs(
 
 
 def paired_ratio_ci(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     *,
     confidence: float = 0.95,
 ) -> RatioEstimate:
@@ -92,7 +91,7 @@ def paired_ratio_ci(
     """
     _check_unit("confidence", confidence)
     b, c, problem = _clean_pairs(baseline, candidate)
-    common = dict(
+    common = RatioCommon(
         confidence=float(confidence),
         n_baseline=int(b.size),
         n_candidate=int(c.size),
@@ -131,8 +130,8 @@ def paired_ratio_ci(
 
 
 def signed_rank(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     alternative: Literal["two-sided", "less", "greater"] = "two-sided",
 ) -> RankTest:
     """Wilcoxon signed-rank test on the paired log ratios log(candidate_i / baseline_i).
@@ -270,8 +269,8 @@ def _paired_mde_from_interval(est: RatioEstimate, power: float) -> float | None:
 
 
 def paired_tpot_gain_decision(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     *,
     min_gain: float,
     confidence: float = 0.95,

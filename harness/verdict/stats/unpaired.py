@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -15,7 +14,9 @@ from harness.verdict.stats.base import (
     _MEDIAN_VAR_FACTOR,
     MIN_TRIALS,
     RankTest,
+    RatioCommon,
     RatioEstimate,
+    Values,
     _check_resamples,
     _check_unit,
     _clean,
@@ -42,8 +43,8 @@ def _bootstrap_log_ratio(b: np.ndarray, c: np.ndarray, resamples: int, seed: int
 
 
 def ratio_of_medians_ci(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     *,
     confidence: float = 0.95,
     resamples: int = 10000,
@@ -66,7 +67,7 @@ def ratio_of_medians_ci(
     _check_resamples(resamples)
     b, pb = _clean(baseline, "baseline")
     c, pc = _clean(candidate, "candidate")
-    common = dict(
+    common = RatioCommon(
         confidence=float(confidence),
         n_baseline=int(b.size),
         n_candidate=int(c.size),
@@ -113,8 +114,8 @@ def ratio_of_medians_ci(
 
 
 def mann_whitney(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
+    baseline: Values,
+    candidate: Values,
     alternative: Literal["two-sided", "less", "greater"] = "two-sided",
 ) -> RankTest:
     """Mann-Whitney U test of candidate vs baseline; returns (statistic, p_value).
