@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # virtual environment and tiny models under $(SGLANG_CPU), apart from $(VENV). Opt-in; .ci/run does it.
 SGLANG_CPU ?= .sglang-cpu
 
-.PHONY: install lint test test-sglang-cpu profile clean sglang-cpu
+.PHONY: install lint test test-quick test-sglang-cpu profile clean sglang-cpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not real_sglang" $(PYTEST_ARGS)
+
+# The quick loop while editing: without the tests that start servers or whole runs.
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not real_sglang" $(PYTEST_ARGS)
 
 # The real SGLang server on this CPU (needs `make sglang-cpu`), one test at a time.
 test-sglang-cpu: $(STAMP)
