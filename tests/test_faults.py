@@ -107,6 +107,38 @@ def test_an_interrupt_inside_the_event_loop_cancels_the_work_and_is_raised_after
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+def test_an_interrupt_between_a_check_and_a_set_result_inside_asyncio_breaks_nothing(caplog, terminal_signals):
+    """The signal handler runs between two bytecodes of whatever the loop is doing, e.g. inside a
+    protocol's data_received between `if not waiter.done()` and `waiter.set_result(...)` (anyio's
+    StreamProtocol, asyncio.Event.set). Cancelling the task there cancels that waiter under the
+    callback's feet: InvalidStateError, logged by asyncio as "Fatal error: protocol.data_received()
+    call failed." with a traceback (seen once in CI). The cancel must wait for the loop's next turn."""
+    failures: list[BaseException] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def data_received() -> None:
+            try:
+                if not waiter.done():
+                    signal.raise_signal(signal.SIGINT)  # the handler runs right here
+                    waiter.set_result(b"data")
+            except BaseException as exc:  # what asyncio would log as a fatal error
+                failures.append(exc)
+
+        loop.call_soon(data_received)
+        await waiter
+        await asyncio.sleep(30)  # the cancel lands at the next await, not inside the callback
+
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    with interrupts.signals_raise_interrupt(), pytest.raises(KeyboardInterrupt):
+        interrupts.run_async(main())
+    assert failures == []
+    assert interrupts.interrupt_received() == signal.SIGINT
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 def test_an_interrupt_during_cleanup_waits_for_its_end_and_sigterm_is_terminated(terminal_signals):
     steps: list[str] = []
     with interrupts.signals_raise_interrupt(), pytest.raises(interrupts.Terminated) as raised:

@@ -164,10 +164,14 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         loop = runner.get_loop()
         task = loop.create_task(coro)
 
-        def cancel() -> None:  # what asyncio.Runner does on Ctrl-C when it handles SIGINT itself
+        def cancel() -> None:
+            # Called from the signal handler, which runs between any two bytecodes of the loop's
+            # own code: cancelling right here (as asyncio.Runner does) can cancel a future that a
+            # callback has just found pending and is about to resolve (InvalidStateError, logged
+            # as a fatal protocol error). The loop's next turn is a safe point; the self-pipe
+            # write also wakes a loop that waits in select().
             if not loop.is_closed():
-                task.cancel()
-                loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
+                loop.call_soon_threadsafe(task.cancel)
 
         _cancel_loop = cancel
         if _active and _interrupted_by is not None:
