@@ -6,6 +6,8 @@ goes through here (run directories, results.json, the report, the trend page, th
 - `append_whole`: one line added to a log whole or not at all (requests.jsonl as requests finish).
 - `Reserve`: space set aside in a run directory for its last records.
 - `update_latest_link`: the `latest` link, replaced in one step.
+- `new_stamped_dir`: a new folder `STAMP-NAME[-N]` (run directories, bisections).
+- `read_head`: the first bytes of a user's file, every way of failing to open it one line.
 
 A write that fails raises `WriteError` (an OSError: the command line prints it as one line).
 """
@@ -15,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.errors import encodable
+from harness.errors import HarnessInputError, encodable
 
 
 class WriteError(OSError):
@@ -131,3 +134,32 @@ def update_latest_link(target: Path, link: Path) -> bool:
     except OSError:
         return False
     return True
+
+
+def read_head(path: Path | str, size: int, expected: str) -> bytes:
+    """Up to `size` bytes from the start of a file the user named. A missing file, a directory or an
+    unreadable file is one HarnessInputError `PATH: why` (`expected` names what it should be)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except FileNotFoundError:
+        raise HarnessInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise HarnessInputError(f"{path}: is a directory, expected {expected}") from None
+    except OSError as exc:
+        raise HarnessInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def new_stamped_dir(out_root: Path, name: str, what: str) -> Path:
+    """A new folder `out_root/YYYYmmdd-HHMMSS-name` (`-2`, `-3`, ... when that one exists: two runs
+    started in the same second never share one). `what` names it in the error."""
+    out_root.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        path = out_root / (f"{stamp}-{name}" if n == 1 else f"{stamp}-{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise WriteError(f"cannot create {what} under {out_root}: {stamp}-{name} to -999 all exist", path=out_root)

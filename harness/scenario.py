@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from harness.errors import HarnessInputError
+from harness.files import read_head
 
 REGION_NAME = r"^[A-Z][A-Z0-9_]*$"
 # The default count pattern: the CUDA softmax kernels (long and short rows) and, on CPU-only
@@ -486,15 +487,7 @@ def read_yaml(path: str | Path, *, max_bytes: int = MAX_SCENARIO_BYTES) -> tuple
     """A YAML file as plain data and its node tree (for line numbers). UTF-8, or UTF-16/32 with a
     byte-order mark. Every problem is one HarnessInputError `FILE[:LINE]: what`."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            raw = f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise HarnessInputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise HarnessInputError(f"{path}: is a directory, expected a YAML file") from None
-    except OSError as exc:
-        raise HarnessInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    raw = read_head(path, max_bytes + 1, "a YAML file")
     if len(raw) > max_bytes:
         raise HarnessInputError(f"{path}: larger than {max_bytes} bytes: not a scenario (a scenario is a few KB of YAML)")
     codec = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")

@@ -13,7 +13,6 @@ scenario.yaml holds only the bisection's rules, and the variant's pythonpath as 
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from harness.bisect.plan import at_commit, choose_rules, paths_inside, step_plan
 from harness.bisect.result import BisectRequest, BisectResult, Step
 from harness.errors import HarnessInputError
 from harness.run.combine import adopt_trials
-from harness.files import write_json_atomic
+from harness.files import new_stamped_dir, write_json_atomic
 from harness.run.execute import RunProgress, RunResult, run_scenario
 from harness.run.plan import with_run_seed
 from harness.run.interrupts import Terminated, signals_raise_interrupt
@@ -45,19 +44,6 @@ class BisectProgress:
     def step_started(self, number: int, commit: Commit, role: str, left: int | None, attempt: int) -> None: ...
 
     def step_finished(self, step: Step) -> None: ...
-
-
-def _new_dir(out_root: Path, name: str) -> Path:
-    out_root.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):
-        path = out_root / (f"{stamp}-{name}" if n == 1 else f"{stamp}-{name}-{n}")
-        try:
-            path.mkdir()
-            return path.resolve()
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"cannot create a bisection folder under {out_root}")
 
 
 def prepare(request: BisectRequest) -> tuple[Scenario, Repo, BisectResult]:
@@ -91,7 +77,7 @@ def run_bisection(request: BisectRequest, progress: BisectProgress | None = None
     raises HarnessInputError before anything starts."""
     progress = progress or BisectProgress()
     scenario, repo, result = prepare(request)
-    result.out_dir = _new_dir(request.out_root, scenario.name)
+    result.out_dir = new_stamped_dir(request.out_root, scenario.name, "a bisection folder").resolve()
     progress.started(result)
     with signals_raise_interrupt():
         bisection = _Bisection(scenario, repo, result, progress, Worktrees(repo))

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from fastapi import FastAPI
@@ -68,34 +68,24 @@ class ProfileBody(BaseModel):
 FILE_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,127}")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _number_at_least(kind: type[int] | type[float], minimum: float, expected: str) -> Callable[[str], Any]:
+    """An argparse `type`: `kind(text)`, refused with `expected ..., got 'text'` below `minimum`."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+_positive_int = _number_at_least(int, 1, "a positive integer")
+_non_negative_int = _number_at_least(int, 0, "a whole number >= 0")
+_non_negative_float = _number_at_least(float, 0, "a number >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from harness.engines import ServerCommand, build_server_command, keep_off_cpus, server_cpus
 from harness.errors import EXIT_INCONCLUSIVE
-from harness.files import Reserve, WriteError, latest_link_path, update_latest_link, write_text_atomic
+from harness.files import Reserve, WriteError, latest_link_path, new_stamped_dir, update_latest_link, write_text_atomic
 from harness.run.environment import collect_environment, require_engine
 from harness.run.interrupts import (
     interrupt_received,
@@ -101,19 +100,6 @@ class RunResult:
 
 
 # ---- the run ------------------------------------------------------------------------------------
-
-
-def new_run_dir(out_root: Path, scenario_name: str) -> Path:
-    out_root.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):
-        candidate = out_root / (f"{stamp}-{scenario_name}" if n == 1 else f"{stamp}-{scenario_name}-{n}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"cannot create a run directory under {out_root}")
 
 
 def describe_commands(scenario: Scenario, plan: list[Trial], *, host: str = LOOPBACK, port: int = 0) -> dict[str, ServerCommand]:
@@ -205,7 +191,7 @@ class _Run:
         scenario, plan, result = self.scenario, self.plan, self.result
         try:
             if self.given_run_dir is None:
-                run_dir = new_run_dir(self.out_root, scenario.name)
+                run_dir = new_stamped_dir(self.out_root, scenario.name, "a run directory")
             else:
                 run_dir = self.given_run_dir
                 run_dir.mkdir(parents=True)  # never write into an existing run

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import HarnessInputError
+from harness.files import read_head
 from harness.rundir.models import (
     SCHEMA_VERSION,
     RequestRow,
@@ -54,15 +55,7 @@ def _parse(text: str | bytes) -> Any:
 
 
 def read_json(path: Path) -> Any:
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-    except FileNotFoundError:
-        raise HarnessInputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise HarnessInputError(f"{path}: is a directory, expected a JSON file") from None
-    except OSError as exc:
-        raise HarnessInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    data = read_head(path, MAX_JSON_BYTES + 1, "a JSON file")
     if len(data) > MAX_JSON_BYTES:
         raise HarnessInputError(f"{path}: larger than {MAX_JSON_BYTES} bytes: not a record the harness writes")
     try:

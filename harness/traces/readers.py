@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import HarnessInputError
+from harness.files import read_head
 from harness.traces.model import TraceTables
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -56,15 +57,7 @@ def read_trace(path: str | Path, keep_frame: Callable[[str], bool] | None = None
 
 
 def _head(name: str) -> bytes:
-    try:
-        with open(name, "rb") as f:
-            return f.read(len(_SQLITE_MAGIC))
-    except FileNotFoundError:
-        raise HarnessInputError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise HarnessInputError(f"{name}: is a directory, expected a trace file") from None
-    except OSError as exc:
-        raise HarnessInputError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    return read_head(name, len(_SQLITE_MAGIC), "a trace file")
 
 
 def _read_all(name: str) -> bytes:
@@ -78,7 +71,7 @@ def _read_all(name: str) -> bytes:
                 )
             return f.read()
     except OSError as exc:
-        raise HarnessInputError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        raise HarnessInputError(f"{name}: cannot read ({exc.strerror or exc})") from None
 
 
 def _gunzip(name: str) -> bytearray:
@@ -120,6 +113,6 @@ def _gunzip(name: str) -> bytearray:
     except EOFError:
         raise HarnessInputError(f"{name}: truncated gzip file (ends before the end of the stream)") from None
     except OSError as exc:
-        raise HarnessInputError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        raise HarnessInputError(f"{name}: cannot read ({exc.strerror or exc})") from None
     del buffer[filled:]
     return buffer

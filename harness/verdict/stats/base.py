@@ -214,6 +214,19 @@ def _check_unit(name: str, value: float, *, lo_open: float = 0.0, hi_open: float
         raise ValueError(f"{name} must be in ({lo_open}, {hi_open}), got {value!r}")
 
 
+def _log_effect(min_gain: float, true_gain: float | None) -> float:
+    """The log-scale effect a repetition planner must resolve: -log(1 - min_gain) (tell a gain of
+    `min_gain` from no change), or with `true_gain` (the gain expected) log((1 - min_gain) /
+    (1 - true_gain)) (the whole interval clears 1 - min_gain, i.e. the rule PASSes)."""
+    if not (0.0 < min_gain < 1.0):
+        raise ValueError(f"min_gain must be in (0, 1), got {min_gain!r}")
+    if true_gain is None:
+        return -math.log1p(-min_gain)
+    if not (min_gain < true_gain < 1.0):
+        raise ValueError(f"true_gain must be in (min_gain, 1), got {true_gain!r}")
+    return math.log((1.0 - min_gain) / (1.0 - true_gain))
+
+
 def _check_resamples(resamples: int) -> None:
     if not isinstance(resamples, (int, np.integer)) or resamples < 100:
         raise ValueError(f"resamples must be an int >= 100, got {resamples!r}")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.verdict.stats.base import NoiseFloor, Values, _check_unit, _clean
+from harness.verdict.stats.base import NoiseFloor, RatioEstimate, Values, _check_unit, _clean
 from harness.verdict.verdicts import FAIL
 from harness.verdict.stats.gain import tpot_gain_decision
 from harness.verdict.stats.paired import (
@@ -64,6 +64,43 @@ def _pooled_cv(
     if cv_a is None or cv_b is None:
         return cv_a, cv_b, None
     return cv_a, cv_b, math.sqrt(((xa.size - 1) * cv_a**2 + (xb.size - 1) * cv_b**2) / (xa.size + xb.size - 2))
+
+
+def _floor(
+    split: str,
+    problems: list[str],
+    est: RatioEstimate,
+    arm_a: tuple[np.ndarray, str | None],
+    arm_b: tuple[np.ndarray, str | None],
+    cvs: tuple[float | None, float | None, float | None],
+    alpha: float,
+    power: float,
+    min_gain: float | None,
+    reps: int | None,
+    **fields: Any,
+) -> NoiseFloor:
+    """The NoiseFloor both designs report; `fields` are the design's own (mde, paired fields)."""
+    (xa, pa), (xb, pb), (cv_a, cv_b, cv) = arm_a, arm_b, cvs
+    if not problems and not est.reliable:
+        problems.append(est.reason)
+    return NoiseFloor(
+        reliable=not problems,
+        reason="; ".join(problems) if problems else "ok",
+        split=split,
+        n_a=int(xa.size),
+        n_b=int(xb.size),
+        median_a=float(np.median(xa)) if not pa else None,
+        median_b=float(np.median(xb)) if not pb else None,
+        cv=cv,
+        cv_a=cv_a,
+        cv_b=cv_b,
+        estimate=est,
+        alpha=float(alpha),
+        power=float(power),
+        min_gain=None if min_gain is None else float(min_gain),
+        repetitions_needed=reps,
+        **fields,
+    )
 
 
 def noise_floor(
@@ -126,27 +163,8 @@ def noise_floor(
             reps = repetitions_needed(cv, min_gain, alpha, power)
         if cv == 0.0:
             problems.append("zero spread: identical values are not a noise measurement")
-    if not problems and not est.reliable:
-        problems.append(est.reason)
-    return NoiseFloor(
-        reliable=not problems,
-        reason="; ".join(problems) if problems else "ok",
-        split=split,
-        n_a=int(xa.size),
-        n_b=int(xb.size),
-        median_a=float(np.median(xa)) if not pa else None,
-        median_b=float(np.median(xb)) if not pb else None,
-        cv=cv,
-        cv_a=cv_a,
-        cv_b=cv_b,
-        estimate=est,
-        alpha=float(alpha),
-        power=float(power),
-        mde=mde,
-        mde_interval=_mde_from_interval(est, power),
-        min_gain=None if min_gain is None else float(min_gain),
-        repetitions_needed=reps,
-    )
+    return _floor(split, problems, est, (xa, pa), (xb, pb), (cv_a, cv_b, cv), alpha, power, min_gain, reps,
+                  mde=mde, mde_interval=_mde_from_interval(est, power))
 
 
 def _paired_noise_floor(
@@ -178,31 +196,9 @@ def _paired_noise_floor(
             )
     else:
         problems.append("need >= 2 valid pairs for a spread")
-    if not problems and not est.reliable:
-        problems.append(est.reason)
-    return NoiseFloor(
-        reliable=not problems,
-        reason="; ".join(problems) if problems else "ok",
-        split=split,
-        n_a=int(xa.size),
-        n_b=int(xb.size),
-        median_a=float(np.median(xa)) if not pa else None,
-        median_b=float(np.median(xb)) if not pb else None,
-        cv=cv,
-        cv_a=cv_a,
-        cv_b=cv_b,
-        estimate=est,
-        alpha=float(alpha),
-        power=float(power),
-        mde=mde,
-        mde_interval=_paired_mde_from_interval(est, power),
-        min_gain=None if min_gain is None else float(min_gain),
-        repetitions_needed=reps,
-        paired=True,
-        n_pairs=int(est.n_baseline),
-        sd_log_ratio=sd,
-        cv_within_pair=within,
-    )
+    return _floor(split, problems, est, (xa, pa), (xb, pb), (cv_a, cv_b, cv), alpha, power, min_gain, reps,
+                  mde=mde, mde_interval=_paired_mde_from_interval(est, power), paired=True,
+                  n_pairs=int(est.n_baseline), sd_log_ratio=sd, cv_within_pair=within)
 
 
 def false_verdict_rate(

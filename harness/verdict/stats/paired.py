@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats as _st
 
-from harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioCommon, RatioEstimate, Values, _check_unit, _clean
+from harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioCommon, RatioEstimate, Values, _check_unit, _clean, _log_effect
 from harness.verdict.verdicts import INCONCLUSIVE
 from harness.verdict.stats.decision import apply_gain_rule, decision_builder
 
@@ -240,16 +240,9 @@ def paired_repetitions_needed(
     """
     _check_unit("alpha", alpha)
     _check_unit("power", power)
-    if not (0.0 < min_gain < 1.0):
-        raise ValueError(f"min_gain must be in (0, 1), got {min_gain!r}")
+    delta = _log_effect(min_gain, true_gain)
     if not (sd_log_ratio >= 0 and math.isfinite(sd_log_ratio)):
         raise ValueError(f"sd_log_ratio must be a finite number >= 0, got {sd_log_ratio!r}")
-    if true_gain is None:
-        delta = -math.log1p(-min_gain)
-    else:
-        if not (min_gain < true_gain < 1.0):
-            raise ValueError(f"true_gain must be in (min_gain, 1), got {true_gain!r}")
-        delta = math.log((1.0 - min_gain) / (1.0 - true_gain))
     for n in range(MIN_PAIRS, 10_001):
         k = float(_st.t.ppf(1 - alpha / 2, n - 1) + _st.t.ppf(power, n - 1))
         if k * sd_log_ratio / math.sqrt(n) <= delta * (1 + 1e-12):

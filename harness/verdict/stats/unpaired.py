@@ -20,6 +20,7 @@ from harness.verdict.stats.base import (
     _check_resamples,
     _check_unit,
     _clean,
+    _log_effect,
     _z,
     _zero_spread,
 )
@@ -232,16 +233,9 @@ def repetitions_needed(
     """
     _check_unit("alpha", alpha)
     _check_unit("power", power)
-    if not (0.0 < min_gain < 1.0):
-        raise ValueError(f"min_gain must be in (0, 1), got {min_gain!r}")
+    delta = _log_effect(min_gain, true_gain)
     if not (cv >= 0 and math.isfinite(cv)):
         raise ValueError(f"cv must be a finite number >= 0, got {cv!r}")
-    if true_gain is None:
-        delta = -math.log1p(-min_gain)
-    else:
-        if not (min_gain < true_gain < 1.0):
-            raise ValueError(f"true_gain must be in (min_gain, 1), got {true_gain!r}")
-        delta = math.log((1.0 - min_gain) / (1.0 - true_gain))
     zsum = _z(1 - alpha / 2) + _z(power)
     n = 2.0 * _MEDIAN_VAR_FACTOR * cv**2 * zsum**2 / delta**2
     return max(MIN_TRIALS, math.ceil(n - 1e-9))
