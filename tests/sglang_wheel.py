@@ -44,7 +44,7 @@ import tempfile
 import types
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from collections.abc import Callable
 
 SGLANG_VERSION = "0.5.23"
@@ -157,7 +157,10 @@ def source_root() -> Path:
     wheel_env = os.environ.get(WHEEL_ENV)
     with tempfile.TemporaryDirectory(prefix="sglang-wheel-", dir=_mkdir(cache_dir())) as tmp:
         wheel = Path(wheel_env) if wheel_env else _download(Path(tmp))
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        try:
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise WheelUnavailable(f"{WHEEL_ENV}={wheel}: cannot read ({exc.strerror or exc})") from None
         if digest != WHEEL_SHA256:
             raise WheelUnavailable(f"{wheel}: sha256 {digest}, expected {WHEEL_SHA256} (sglang {SGLANG_VERSION})")
         staging = Path(tmp) / "src"
@@ -175,6 +178,28 @@ def source_root() -> Path:
             if not (done.is_file() and done.read_text().strip() == marker):
                 raise  # not a concurrent download that finished first
     return root
+
+
+def source_root_or_skip(*, need_triton: bool = False) -> Path:
+    """`source_root()` for a test fixture: skipped where the wheel (or Triton, for the tests that run
+    SGLang's Triton kernels) cannot be had; under CI, which has the registries and the test extras,
+    that is a failure instead."""
+    import pytest
+
+    def unavailable(why: str) -> NoReturn:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+    if need_triton:
+        try:
+            import triton  # noqa: F401  (a test dependency: pyproject.toml, extra `test`)
+        except ImportError as exc:
+            unavailable(f"triton is not installed ({exc}); `pip install -e '.[test]'`")
+    try:
+        return source_root()
+    except WheelUnavailable as exc:
+        unavailable(str(exc))
 
 
 def _mkdir(path: Path) -> Path:

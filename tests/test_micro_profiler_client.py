@@ -31,19 +31,9 @@ from test_micro_server import SMALL_FLAGS, _generate, _greedy, start_server
 from harness.micro.server import BadRequest, parse_profile
 
 
-def _unavailable(why: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def wheel_root() -> Path:
-    try:
-        return sglang_wheel.source_root()
-    except sglang_wheel.WheelUnavailable as exc:
-        _unavailable(str(exc))
-    raise AssertionError("unreachable")
+    return sglang_wheel.source_root_or_skip()
 
 
 @pytest.fixture(scope="module")

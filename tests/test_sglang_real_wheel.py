@@ -34,24 +34,9 @@ PLATFORMS = ("cuda", "hip", "cpu")  # cpu: SGLang's CPU engine, whose draft_forw
 CASES = [case["name"] for case in probe.make_cases()]
 
 
-def _unavailable(why: str) -> None:
-    # CI has the registries and the test extras: there a missing wheel or Triton is a failure.
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def wheel_root() -> Path:
-    try:
-        import triton  # noqa: F401  (a test dependency: pyproject.toml, extra `test`)
-    except ImportError as exc:
-        _unavailable(f"triton is not installed ({exc}); `pip install -e '.[test]'`")
-    try:
-        return sglang_wheel.source_root()
-    except sglang_wheel.WheelUnavailable as exc:
-        _unavailable(str(exc))
-    raise AssertionError("unreachable")
+    return sglang_wheel.source_root_or_skip(need_triton=True)
 
 
 def child_env(patched: bool) -> dict[str, str]:

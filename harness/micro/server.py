@@ -148,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 @dataclasses.dataclass(frozen=True)
 class ServerSettings:
     args: argparse.Namespace
+    model_config: MicroModelConfig
     device: str
     num_draft_tokens: int
 
@@ -159,7 +160,7 @@ def parse_args(argv: list[str] | None) -> ServerSettings:
     if not 0 < args.port < 65536:
         parser.error(f"argument --port: expected 1-65535, got {args.port}")
     try:
-        MicroModelConfig(
+        model_config = MicroModelConfig(
             vocab_size=args.vocab_size,
             hidden_size=args.hidden_size,
             num_layers=args.num_layers,
@@ -183,7 +184,7 @@ def parse_args(argv: list[str] | None) -> ServerSettings:
             f"num_steps + 1 = {num_draft_tokens} (chain drafting)",
             file=sys.stderr,
         )
-    return ServerSettings(args=args, device=device, num_draft_tokens=num_draft_tokens)
+    return ServerSettings(args=args, model_config=model_config, device=device, num_draft_tokens=num_draft_tokens)
 
 
 class BadRequest(ValueError):
@@ -554,15 +555,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    model_config = MicroModelConfig(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        num_layers=args.num_layers,
-        num_heads=args.num_heads,
-        window=args.window,
-        draft_noise=args.draft_noise,
-        seed=args.seed,
-    )
+    model_config = settings.model_config
     spec = SpecConfig(
         num_steps=args.speculative_num_steps,
         topk=args.speculative_eagle_topk,
