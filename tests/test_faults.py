@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -128,13 +129,20 @@ def test_an_interrupt_between_a_check_and_a_set_result_inside_asyncio_breaks_not
                 failures.append(exc)
 
         loop.call_soon(data_received)
-        await waiter
-        await asyncio.sleep(30)  # the cancel lands at the next await, not inside the callback
+        try:
+            await waiter  # the cancel lands here, once the callback is done, not inside it
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled_at.append(time.monotonic() - started)
+            raise
 
+    cancelled_at: list[float] = []
+    started = time.monotonic()
     caplog.set_level(logging.DEBUG, logger="asyncio")
     with interrupts.signals_raise_interrupt(), pytest.raises(KeyboardInterrupt):
         interrupts.run_async(main())
     assert failures == []
+    assert len(cancelled_at) == 1 and cancelled_at[0] < 25  # cancelled, not slept out
     assert interrupts.interrupt_received() == signal.SIGINT
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from harness.rundir import as_list, as_object
+
 RUN_FILES = ("run.json", "results.json", "environment.json", "analysis.json", "scenario.yaml")
 # results.json variants.<name> lists -> metric names in the database
 RESULT_METRICS = {"median_tpot_ms": "tpot_ms", "accept_length": "accept_length"}
@@ -105,16 +107,6 @@ def _fingerprint(run_dir: Path) -> str:
     return digest.hexdigest()[:32]
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    """An object of a run's JSON files, or {} for anything else (a damaged file can hold any type)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    """A list of a run's JSON files, or [] for anything else."""
-    return value if isinstance(value, list) else []
-
-
 def _run_key(run_dir: Path, run: dict[str, Any] | None, env: dict[str, Any] | None) -> str:
     """The run's identity: the same run copied elsewhere (a CI artifact) is the same run."""
     run = run or {}
@@ -125,7 +117,7 @@ def _run_key(run_dir: Path, run: dict[str, Any] | None, env: dict[str, Any] | No
 def hardware_of(env: dict[str, Any] | None) -> str:
     """The series dimension `hardware`: the GPUs when there are any, else the CPU."""
     env = env or {}
-    gpus = [str(name) for g in _list(env.get("gpus")) if isinstance(g, dict) and (name := g.get("name"))]
+    gpus = [str(name) for g in as_list(env.get("gpus")) if isinstance(g, dict) and (name := g.get("name"))]
     if gpus:
         names = sorted(set(gpus))
         return " + ".join(f"{gpus.count(n)}x {n}" for n in names)
@@ -182,13 +174,13 @@ def _environment(record: RunRecord, env: dict[str, Any] | None) -> None:
     if not env:
         return
     record.host = env.get("hostname")
-    harness = _obj(env.get("harness"))
+    harness = as_object(env.get("harness"))
     record.harness_version = harness.get("version")
     record.harness_commit = harness.get("git_commit")
-    per_variant = _obj(env.get("variants"))
+    per_variant = as_object(env.get("variants"))
     # The run's SGLang is the candidate's (what is under test), else any variant's.
     for name in ("candidate", *per_variant):
-        sglang = _obj(per_variant.get(name)).get("sglang")
+        sglang = as_object(per_variant.get(name)).get("sglang")
         if isinstance(sglang, dict) and (sglang.get("version") or sglang.get("git_commit")):
             record.sglang_version = sglang.get("version")
             record.sglang_commit = sglang.get("git_commit") or sglang.get("commit")
@@ -245,8 +237,8 @@ def _results(record: RunRecord, results: Any, trials: dict[str, dict[str, Any]])
     record.verdict = results.get("verdict") if isinstance(results.get("verdict"), str) else None
     record.exit_code = results.get("exit_code") if isinstance(results.get("exit_code"), int) else None
     record.evaluated_at = to_utc(results.get("evaluated_at"))
-    scenario_variants = _obj((record.scenario_json or {}).get("variants"))
-    env_variants = _obj((record.environment_json or {}).get("variants"))
+    scenario_variants = as_object((record.scenario_json or {}).get("variants"))
+    env_variants = as_object((record.environment_json or {}).get("variants"))
     for variant, facts in results["variants"].items():
         if not isinstance(facts, dict):
             raise Damaged(f"results.json: variants.{variant}: expected an object")
@@ -267,13 +259,13 @@ def _results(record: RunRecord, results: Any, trials: dict[str, dict[str, Any]])
         for i, trial in enumerate(timed):
             if trial not in trials:
                 raise Damaged(f"results.json: variants.{variant}.timed_trials: {trial} is not in run.json's plan")
-            summary = _obj(trials[trial].get("summary"))
+            summary = as_object(trials[trial].get("summary"))
             if (number := _number(summary.get("output_throughput_tok_s"))) is not None:
                 record.samples.append({"variant": variant, "metric": THROUGHPUT, "idx": i, "trial": trial,
                                        "value": number})
-        probe = _obj(env_variants.get(variant))
-        sglang = _obj(probe.get("sglang"))
-        torch = _obj(probe.get("torch"))
+        probe = as_object(env_variants.get(variant))
+        sglang = as_object(probe.get("sglang"))
+        torch = as_object(probe.get("torch"))
         record.variants.append({
             "variant": variant,
             "config": scenario_variants.get(variant) if isinstance(scenario_variants.get(variant), dict) else None,
@@ -302,12 +294,12 @@ def _kernel_counts(record: RunRecord, analysis: Any, trials: dict[str, dict[str,
         variant = (trials.get(trial_name) or {}).get("variant")
         if variant is None or not isinstance(trial_analysis, dict):
             continue  # a trial the plan does not know: not this run's
-        for position, facts in enumerate(_list(trial_analysis.get("files"))):
+        for position, facts in enumerate(as_list(trial_analysis.get("files"))):
             if not isinstance(facts, dict):
                 continue
             rank = facts.get("rank") if isinstance(facts.get("rank"), int) else position
-            for region, counts in _obj(facts.get("regions")).items():
-                for pattern, row in _obj(_obj(counts).get("counts")).items():
+            for region, counts in as_object(facts.get("regions")).items():
+                for pattern, row in as_object(as_object(counts).get("counts")).items():
                     if not isinstance(row, dict):
                         continue
                     record.kernel_counts.append({

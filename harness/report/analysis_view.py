@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report.data import ReportData, TrialRecord, as_object
+from harness.rundir import as_object
+from harness.report.data import ReportData, TrialRecord
 from harness.report.figures import CountBar, TimelineBar
 
 REGION_ORDER = ["DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND", "PREFILL", "(none)"]

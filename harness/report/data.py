@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessInputError
-from harness.rundir import SCHEMA_VERSION, inside, read_json
+from harness.rundir import SCHEMA_VERSION, as_list, as_object, inside, read_json
 from harness.verdict.verdicts import Verdict
 
 # The overall verdicts results.json may hold (a rule may also be INFO).
@@ -100,7 +100,7 @@ class ReportData:
     @property
     def rules(self) -> list[dict[str, Any]]:
         rules = (self.results or {}).get("rules")
-        return [r for r in rules if isinstance(r, dict)] if isinstance(rules, list) else []
+        return [r for r in as_list(rules) if isinstance(r, dict)]
 
     @property
     def variant_names(self) -> list[str]:
@@ -144,11 +144,6 @@ def _read_json(path: Path, notes: list[str], what: str) -> Any | None:
         notes.append(f"{path.name} has schema_version {str(version)[:40]}, this harness reads {SCHEMA_VERSION}: {what}.")
         return None
     return data
-
-
-def as_object(value: Any) -> dict[str, Any]:
-    """`value` if it is an object (a dict), else {}: a run's files are read as hostile."""
-    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any, default: int) -> int:
@@ -217,8 +212,7 @@ def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> Tri
     record.command = info.get("command") or None
     record.summary = as_object(info.get("summary"))
     record.server_info = as_object(info.get("server_info"))
-    traces = info.get("traces")
-    for rel_trace in traces if isinstance(traces, list) else []:
+    for rel_trace in as_list(info.get("traces")):
         path = trial_dir / str(rel_trace)
         if not inside(trial_dir, path):  # a name from a file: never read or link outside the trial
             notes.append(f"Trial {record.name}: trace {str(rel_trace)[:80]!r} lies outside the trial directory: ignored.")
@@ -247,8 +241,7 @@ def load_report_data(run_dir: Path) -> ReportData:
         )
     notes: list[str] = []
 
-    run = _read_json(run_dir / "run.json", notes, "the trial plan and run status are unknown")
-    run = run if isinstance(run, dict) else {}
+    run = as_object(_read_json(run_dir / "run.json", notes, "the trial plan and run status are unknown"))
     results = _read_json(
         run_dir / "results.json", notes, f"no verdict yet; run `harness check {run_dir}` to evaluate the rules"
     )
@@ -258,13 +251,10 @@ def load_report_data(run_dir: Path) -> ReportData:
     analysis_doc = _read_json(
         run_dir / "analysis.json", notes, "no trace analysis: kernel counts, region times and top kernels are not shown"
     )
-    analysis = analysis_doc.get("trials", {}) if isinstance(analysis_doc, dict) else {}
-    analysis = analysis if isinstance(analysis, dict) else {}
-    analysis_errors = analysis_doc.get("errors") if isinstance(analysis_doc, dict) else None
-    for trial_name, message in (analysis_errors or {}).items() if isinstance(analysis_errors, dict) else ():
+    analysis = as_object(as_object(analysis_doc).get("trials"))
+    for trial_name, message in as_object(as_object(analysis_doc).get("errors")).items():
         notes.append(f"The trace analysis of {trial_name} failed: {message}.")
-    environment = _read_json(run_dir / "environment.json", notes, "environment metadata is not shown")
-    environment = environment if isinstance(environment, dict) else {}
+    environment = as_object(_read_json(run_dir / "environment.json", notes, "environment metadata is not shown"))
 
     scenario: dict[str, Any] = {}
     scenario_path = run_dir / "scenario.yaml"
@@ -273,7 +263,7 @@ def load_report_data(run_dir: Path) -> ReportData:
 
         try:
             loaded, _ = read_yaml(scenario_path)
-            scenario = loaded if isinstance(loaded, dict) else {}
+            scenario = as_object(loaded)
         except HarnessInputError as exc:
             problem = str(exc).removeprefix(str(scenario_path)).lstrip(":0123456789 ")
             notes.append(f"scenario.yaml could not be read ({problem}): variant descriptions are not shown.")

@@ -14,7 +14,8 @@ from typing import Any
 
 from harness.report import analysis_view as av
 from harness.report import figures
-from harness.report.data import ReportData, as_object, plottable
+from harness.rundir import as_object
+from harness.report.data import ReportData, plottable
 from harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
 from harness.report.page import VERDICT_CLASS, render
 from harness.scenario import render_args
@@ -201,7 +202,7 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
     """The paired differences per round, and (warm modes) the launches next to the blocks: how far
     apart two launches of one arm were, against how far apart two blocks of one launch were."""
     rule = next(iter(data.rules_of_kind("tpot_gain")), None) or next(iter(data.rules_of_kind("aa_noise")), None)
-    numbers = as_object(rule.get("numbers")) if isinstance(rule, dict) else {}
+    numbers = as_object(as_object(rule).get("numbers"))
     reps, ratios = numbers.get("pair_repetitions") or [], numbers.get("pair_ratios") or []
     pairs = [(r, x) for r, x in zip(reps, map(plottable, ratios)) if isinstance(r, int) and x is not None and x > 0]
     out: dict[str, Any] = {"has_pairs": bool(pairs), "pairs": None, "launches": None}

@@ -7,7 +7,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness.report.data import ReportData, as_object, plottable
+from harness.rundir import as_object
+from harness.report.data import ReportData, plottable
 
 
 def fmt(value: Any, digits: int = 3) -> str:

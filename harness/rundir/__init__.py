@@ -5,7 +5,7 @@
   requests.jsonl rows, analysis.json, environment.json, results.json) and SCHEMA_VERSION
 - `write`: writing records, atomically
 - `read`: reading and validating a run directory as hostile data (`load_run_dir`, `read_json`,
-  `validated`, `inside`)
+  `validated`, `inside`, `as_object`, `as_list`)
 """
 
 from harness.rundir.models import (
@@ -27,6 +27,8 @@ from harness.rundir.models import (
 from harness.rundir.read import (
     RunDir,
     Trial,
+    as_list,
+    as_object,
     check_schema_version,
     inside,
     load_run_dir,
@@ -55,6 +57,8 @@ __all__ = [
     "TrialAnalysis",
     "TrialRecord",
     "TrialSummary",
+    "as_list",
+    "as_object",
     "check_schema_version",
     "inside",
     "load_run_dir",

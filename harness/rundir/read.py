@@ -120,6 +120,17 @@ def read_requests(path: Path) -> list[RequestRow]:
     return rows
 
 
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object (a dict), else {}: where a run's files are read leniently (the
+    report, the history), a damaged or foreign file can hold any type where an object belongs."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` if it is a JSON array (a list), else []: as `as_object`."""
+    return value if isinstance(value, list) else []
+
+
 def inside(base: Path, path: Path) -> bool:
     """Whether `path`, links resolved, lies inside `base`: file names in a run directory come from
     files another process wrote, and must not lead the harness elsewhere."""
