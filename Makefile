@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # virtual environment and tiny models under $(SGLANG_CPU), apart from $(VENV). Opt-in; .ci/run does it.
 SGLANG_CPU ?= .sglang-cpu
 
-.PHONY: install lint test test-quick test-sglang-cpu profile clean sglang-cpu
+.PHONY: install lint test test-quick test-sglang-cpu profile clean sglang-cpu sglang-cpu-releases
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ profile: $(STAMP)
 
 sglang-cpu: $(STAMP)
 	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU)
+
+# Older SGLang releases' environments on top of it (harness/sglang_cpu/releases.toml), each checked by
+# importing its EAGLE worker: make sglang-cpu-releases RELEASES="0.5.12.post1 0.5.13"
+RELEASES ?=
+sglang-cpu-releases: $(STAMP)
+	@test -n "$(RELEASES)" || { echo 'make sglang-cpu-releases: name them, e.g. RELEASES="0.5.12.post1 0.5.13"' >&2; exit 2; }
+	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(foreach r,$(RELEASES),--release $(r))
 
 clean:
 	rm -rf $(VENV) $(SGLANG_CPU) .pytest_cache

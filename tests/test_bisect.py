@@ -22,6 +22,18 @@ import pytest
 import yaml
 from faultkit import default_signals_in_child
 from proc_helpers import group_gone, process_gone
+from bisect_demo import (
+    BROKEN,
+    CLEAN,
+    SOFTMAX_BACK,
+    assert_nothing_left,
+    git,
+    make_repo,
+    same_file,
+    server_pids,
+    worktrees_used,
+    write_scenario,
+)
 
 from harness.bisect.plan import choose_rules, step_plan
 from harness.commands import cli
@@ -29,106 +41,11 @@ from harness.scenario import scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITS, PLANTED = 16, 9
-CLEAN = '"""bisect demo patch, revision {i}: changes nothing."""\nREVISION = {i}\n'
-SOFTMAX_BACK = '''"""bisect demo patch, revision {i}: selects draft tokens without the topk==1 fast path."""
-import harness.micro.engine as _engine
-import harness.micro.model as _model
-
-REVISION = {i}
-_select = _model.select_draft_tokens
-
-
-def _softmax_always(logits, topk, fast_path):
-    return _select(logits, topk, False)
-
-
-_engine.select_draft_tokens = _softmax_always
-'''
-BROKEN = '"""bisect demo patch, revision {i}: does not import."""\nraise ImportError("revision {i} is broken")\n'
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def make_repo(root: Path, modules: list[str]) -> tuple[Path, list[str]]:
-    """One commit per module text; returns the repository and the commit hashes, oldest first."""
-    repo = root / "src"
-    (repo / "python").mkdir(parents=True)
-    git(repo, "init", "-q")
-    hashes = []
-    for i, text in enumerate(modules):
-        (repo / "python" / "bisect_demo_patch.py").write_text(text.format(i=i))
-        (repo / "README").write_text(f"revision {i}\n")
-        git(repo, "add", "-A")
-        date = f"2025-01-{i + 1:02d}T12:00:00+00:00"
-        subprocess.run(["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com",
-                        "commit", "-q", "-m", f"revision {i}"], check=True,
-                       env={**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
-        hashes.append(git(repo, "rev-parse", "HEAD").strip())
-    return repo, hashes
-
-
-def write_scenario(root: Path, repo: Path, **candidate) -> Path:
-    data = {
-        "name": "tiny_bisect",
-        "engine": "micro",
-        "server": {"args": {"--speculative-num-steps": 3, "--speculative-eagle-topk": 1, "--vocab-size": 512,
-                            "--hidden-size": 32, "--device": "cpu", "--num-threads": 1},
-                   "startup_timeout_s": 60, "request_timeout_s": 60},
-        "variants": {
-            "baseline": {"args": {"--disable-topk1-fast-path": True}},
-            "candidate": {"pythonpath": [str(repo / "python")], "patches": ["bisect_demo_patch"], **candidate},
-        },
-        "workload": {"num_requests": 2, "input_len": 16, "output_len": 16, "concurrency": 2, "warmup_requests": 1},
-        "trials": {"repetitions": 6, "profiled": 1},
-        "profile": {"num_steps": 6, "activities": ["CPU"]},
-        "checks": [
-            {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
-             "variants": ["candidate"], "equals": 0},
-            {"name": "same_outputs", "kind": "output_identity"},
-            {"name": "baseline_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
-             "variants": ["baseline"], "at_least": 1},
-            {"name": "faster", "kind": "tpot_gain", "min_gain": 0.01},
-        ],
-    }
-    path = root / "tiny_bisect.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 def bisect_command(scenario: Path, repo: Path, good: str, bad: str, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "harness.commands.cli", "bisect", str(scenario), "--source", str(repo),
             "--good", good, "--bad", bad, "--out", str(out), *extra]
-
-
-def server_pids(out: Path) -> list[int]:
-    # adopted trials are hard-linked copies: count each file once
-    records = {(p.stat().st_dev, p.stat().st_ino): p for p in out.rglob("trial.json")}.values()
-    return [pid for p in records if (pid := json.loads(p.read_text()).get("server_pid"))]
-
-
-def same_file(a: Path, b: Path) -> bool:
-    return a.stat().st_ino == b.stat().st_ino and a.stat().st_dev == b.stat().st_dev
-
-
-def worktrees_used(out: Path) -> set[Path]:
-    """The worktrees the step servers ran from (their PYTHONPATH, on the first line of server.log)."""
-    paths = set()
-    for log in out.glob("*/steps/*/trials/*-candidate-profiled/server.log"):
-        first = log.read_text().splitlines()[0]
-        entry = first.split("PYTHONPATH=", 1)[1].split(":", 1)[0]
-        paths.add(Path(entry).parent)
-    return paths
-
-
-def assert_nothing_left(repo: Path, out: Path) -> None:
-    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1, git(repo, "worktree", "list")
-    assert git(repo, "status", "--porcelain") == "" and not git(repo, "for-each-ref", "refs/bisect")
-    used = worktrees_used(out)
-    assert used and not any(p.exists() for p in used) and not any(p.parent.exists() for p in used)
-    pids = server_pids(out)
-    assert pids and all(process_gone(pid) and group_gone(pid) for pid in pids)
 
 
 # ---- the planted regression -----------------------------------------------------------------------
@@ -253,7 +170,9 @@ def test_a_commit_whose_server_cannot_start_is_skipped_and_the_range_is_not_narr
     assert result["status"] == "not narrowed" and result["first_bad"] is None and result["rules"] == ["no_softmax"]
     assert [(s["commit"], s["mark"]) for s in result["steps"]] == [(hashes[2], "bad"), (hashes[1], "skip")]
     skipped = result["steps"][1]
-    assert skipped["verdict"] == "INCONCLUSIVE" and skipped["reason"].startswith("run incomplete: trial ")
+    # the reason is the server's own last error line, not only "the trial failed"
+    assert skipped["verdict"] == "INCONCLUSIVE" and skipped["reason"].startswith("run incomplete: ")
+    assert "ImportError: revision 1 is broken" in skipped["reason"]
     assert skipped["attempts"] == [skipped["run_dir"]]  # exact rules: no retry
     log = next((Path(skipped["run_dir"]) / "trials").glob("*-candidate-profiled/server.log")).read_text()
     assert "revision 1 is broken" in log

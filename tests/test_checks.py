@@ -168,8 +168,13 @@ def test_a_run_that_planned_no_timed_trials_compares_the_outputs_of_its_profiled
     assert r.verdict == "FAIL" and r.numbers["source"] == "profiled"
     assert (r.numbers["identical"], r.numbers["compared"]) == (2, 3)
     assert r.numbers["first_difference"]["candidate_trial"].endswith("-candidate-profiled")
-    # a run that planned timed trials never falls back: their absence is missing evidence
+    # timed trials of one arm only (a sweep's point: the candidate's blocks): still the profiled passes
     run["plan"].append({"index": 99, "variant": "candidate", "kind": "timed", "repetition": 0, "dir": "trials/99-x"})
+    (run_dir / "run.json").write_text(json.dumps(run))
+    _, rules = rules_by_name(run_dir)
+    assert rules["identity"].verdict == "FAIL" and rules["identity"].numbers["source"] == "profiled"
+    # a run that planned timed trials of both arms never falls back: their absence is missing evidence
+    run["plan"].append({"index": 98, "variant": "baseline", "kind": "timed", "repetition": 0, "dir": "trials/98-x"})
     (run_dir / "run.json").write_text(json.dumps(run))
     _, rules = rules_by_name(run_dir)
     assert rules["identity"].verdict == "INCONCLUSIVE" and rules["identity"].numbers["source"] == "timed"

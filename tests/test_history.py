@@ -280,7 +280,10 @@ def test_the_planted_change_is_found_at_its_run_and_gates(planted_series, tmp_pa
     assert code == 0 and facts["gate"]["verdict"] == "PASS" and len(facts["change_points"]) == 2
     assert json.loads((tmp_path / "page" / "history.json").read_text()) == facts
     page = (tmp_path / "page" / "index.html").read_text()
-    assert page.count("<svg") == len(facts["series"]) and 'id="verdict">NO REGRESSION<' in page
+    # a chart per series, but the exact series that never changed: one line each in a table
+    charted = [s for s in facts["series"] if s["kind"] == "noisy" or s["change_points"]]
+    assert {s["kind"] for s in facts["series"]} == {"exact", "noisy"} and len(charted) < len(facts["series"])
+    assert page.count("<svg") == len(charted) and 'id="verdict">NO REGRESSION<' in page
 
 
 @pytest.mark.slow
@@ -294,10 +297,35 @@ def test_an_improvement_does_not_fail_the_gate_and_softmax_coming_back_does(tmp_
     improvement = kinds[("tpot_ms", "candidate")]
     assert improvement["index"] == 6 and not improvement["regression"] and improvement["magnitude"] < -0.2
     softmax = kinds[("kernels:DRAFT_DECODE:softmax", "candidate")]
-    assert (softmax["index"], softmax["kind"], softmax["p_value"], softmax["magnitude"]) == (11, "zero", None, None)
+    assert (softmax["index"], softmax["kind"], softmax["p_value"], softmax["magnitude"]) == (11, "exact", None, None)
     assert softmax["before"] == 0 and softmax["after"] == 2 and softmax["regression"]
+    # the op mix changes there too, but neither better nor worse: it does not gate
+    assert kinds[("ops:DRAFT_DECODE", "candidate")]["index"] == 11
     assert code == 1 and [c["metric"] for c in facts["gate"]["failing"]] == [
         "kernels:DRAFT_DECODE:softmax", "kernels:DRAFT_EXTEND:softmax"]
+
+    # Each change point explained by the stored op counts of the runs on either side: the softmax's
+    # return by the kernels that appeared (planted: 2 per draft-decode replay, 1 per draft-extend
+    # replay, 40 us each), the TPOT improvement by nothing in the kernels.
+    explanations = {e["id"]: e for e in facts["explanations"]}
+    back = explanations[softmax["explanation"]]
+    assert back["series"] == [c["series"] for c in facts["change_points"] if c["explanation"] == back["id"]]
+    assert {c["metric"] for c in facts["change_points"] if c["explanation"] == back["id"]} == {
+        "kernels:DRAFT_DECODE:softmax", "kernels:DRAFT_EXTEND:softmax", "ops:DRAFT_DECODE"}  # the rules' region
+    runs = sorted((tmp_path / "runs").resolve().iterdir())
+    assert (back["before"]["run"], back["after"]["run"], back["variant"]) == (runs[10].name, runs[11].name, "candidate")
+    regions = {r["region"]: r for r in back["regions"]}
+    assert [(e["op"], e["before"], e["after"]) for e in regions["DRAFT_DECODE"]["appeared"]] == [
+        ("cunn_SoftMaxForward", 0, 2)]
+    assert regions["DRAFT_DECODE"]["time_per_replay_us"] == {"before": 500.0, "after": 580.0, "change": 0.16}
+    assert back["sentence"] == (
+        f"Between runs {runs[10].name} and {runs[11].name} ({runs[10]}, {runs[11]}), candidate: "
+        "DRAFT_DECODE per replay: cunn_SoftMaxForward 0 -> 2 appeared; time per replay 500 us -> 580 us (+16%). "
+        "DRAFT_EXTEND per replay: cunn_SoftMaxForward 0 -> 1 appeared; time per replay 300 us -> 340 us (+13%). "
+        "No op count changed in TARGET_VERIFY (time per replay 2000 us -> 2000 us, +0%). Greedy outputs identical.")
+    faster = explanations[improvement["explanation"]]
+    assert not any(r["appeared"] or r["disappeared"] or r["changed"] for r in faster["regions"])
+    assert "No op count changed in any region: DRAFT_DECODE (time per replay 500 us -> 500 us, +0%)" in faster["sentence"]
 
 
 @pytest.mark.slow
@@ -334,7 +362,7 @@ def test_a_database_from_a_newer_harness_is_refused(tmp_path):
     with engine.begin() as conn:
         conn.execute(db.meta.update().where(db.meta.c.key == "schema_version").values(value="99"))
     done = harness("history", "report", "--db", str(database))
-    assert done.returncode == 2 and "schema version 99 is newer than this harness's (1)" in done.stderr
+    assert done.returncode == 2 and f"schema version 99 is newer than this harness's ({db.SCHEMA_VERSION})" in done.stderr
 
 
 def _ingest_twice_at_once(root: Path, database: str) -> list[subprocess.CompletedProcess]:

@@ -50,7 +50,10 @@ def test_trend_page_in_the_browser(browser, trend_page):  # noqa: F811
         assert box["y"] + box["height"] <= VIEWPORT["height"], "the reasons must be on the first screen"
         assert "planted · candidate · tpot_ms" in why.inner_text()
         svgs = page.query_selector_all("#series figure svg")
-        assert len(svgs) == len(facts["series"]) > 0
+        charted = [s for s in facts["series"] if s["kind"] == "noisy" or s["change_points"]]  # exact ones that never
+        assert len(svgs) == len(charted) > 0  # changed are rows of a table
+        assert page.inner_text("details.unchanged summary") == (
+            f"{len(facts['series']) - len(charted)} exact series never changed")
         for svg in svgs:
             b = svg.bounding_box()
             assert b and b["width"] > 250 and b["height"] > 80, b
@@ -58,10 +61,14 @@ def test_trend_page_in_the_browser(browser, trend_page):  # noqa: F811
         rows = page.query_selector_all("#changes tbody tr")
         assert len(rows) == len(facts["change_points"]) == 2
         # the first run after the change links to its report, which exists beside the runs
-        link = rows[0].query_selector_all("a")[-1]
+        link = rows[0].query_selector_all("td:nth-child(3) a")[-1]
         assert link.inner_text() == facts["change_points"][0]["run"]
         assert (html.parent / link.get_attribute("href")).resolve() == Path(facts["change_points"][0]["report"])
         assert (html.parent / link.get_attribute("href")).exists()
+        # and to why: no op count changed between the two runs
+        why = rows[0].query_selector("td:last-child a").get_attribute("href")
+        assert why == f"#explain-{facts['change_points'][0]['explanation']}"
+        assert "No op count changed in any region" in page.inner_text(why)
         runs = page.inner_text("#runs")
         assert "damaged" in runs and "run.json:1: not valid JSON" in runs
         page.screenshot(path=str(html.parent / "trend-screenshot.png"))

@@ -14,6 +14,7 @@ from proc_helpers import group_gone, process_gone
 from harness.engines import ServerCommand
 from harness.scenario import NsysSpec
 from harness.run.server import (
+    PORT_RANGE,
     PortInUseError,
     ServerProcess,
     _related_pids,
@@ -139,3 +140,49 @@ def test_a_pinned_server_starts_on_every_cpu_and_runs_every_thread_and_child_on_
             assert len(tasks) >= 4, tasks  # the child's late thread inherits: pinned without a second pass
             assert {tid: sorted(os.sched_getaffinity(tid)) for _, tid in tasks} == {tid: [cpus[-1]] for _, tid in tasks}
     assert "pinned to CPU(s)" in (tmp_path / "server.log").read_text()
+
+
+def test_free_ports_leave_room_for_the_ports_a_server_derives_from_its_own():
+    """SGLang 0.5.11-0.5.18 add 10000 for their gRPC port and refuse a result past 65535: the
+    harness's ports stay in PORT_RANGE, and a port in use is not handed out."""
+    import random
+
+    rng = random.Random(3)
+    ports = {free_port(rng=rng) for _ in range(50)}
+    assert all(PORT_RANGE[0] <= port < PORT_RANGE[1] and port + 10000 <= 65535 for port in ports)
+    taken = free_port(rng=random.Random(5))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", taken))
+        sock.listen()
+        assert free_port(rng=random.Random(5)) != taken  # the same draw finds it taken and draws again
+
+
+@pytest.mark.slow
+def test_a_server_ends_when_the_harness_that_started_it_is_killed_outright(tmp_path):
+    """SIGKILL runs no cleanup (a CI step's timeout, pytest-timeout around a subprocess): the server
+    sits in a session of its own, so only the kernel's parent-death signal can end it."""
+    import signal
+    import subprocess
+
+    port = free_port()
+    pid_file = tmp_path / "server.pid"
+    harness = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path;"
+        "from harness.engines import ServerCommand; from harness.run.server import ServerProcess;"
+        f"command = ServerCommand([sys.executable, {str(FAKE_SERVER)!r}, '--port', '{port}'], {{'FAKE_SERVER_MODE': 'healthy'}});"
+        f"server = ServerProcess(command, log_path=Path({str(tmp_path / 'server.log')!r}), port={port}, startup_timeout_s=20);"
+        f"server.__enter__(); Path({str(pid_file)!r}).write_text(str(server.pid)); time.sleep(600)")])
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline and harness.poll() is None:
+            time.sleep(0.1)
+        server_pid = int(pid_file.read_text())
+        assert not process_gone(server_pid)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while not process_gone(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process_gone(server_pid) and group_gone(server_pid)
+    finally:
+        harness.kill()

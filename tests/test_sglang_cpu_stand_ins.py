@@ -239,3 +239,30 @@ def test_greedy_verify_accepts_the_agreeing_prefix(results, name):
     for b, n in enumerate(accept_lens.tolist()):  # the target's token at each accepted position, bonus included
         expected[b * width: b * width + n] = target[b, :n].int()
     assert torch.equal(out["predict"], expected)
+
+
+# ---- the overlap scheduler's row gather (SGLang 0.5.13 to 0.5.15.post1 launch it on a CPU) ---------------
+# Held against the release's own `_gather_rows_kernel`, run by Triton's interpreter, in
+# tests/test_sglang_cpu_releases.py (it needs a prepared release: the 0.5.23 files here do not carry
+# it); here against what its caller, `gather_spec_extras`, replaces: one advanced-index gather per buffer.
+
+
+@pytest.mark.parametrize("has_hidden", [True, False])
+def test_gather_rows_is_one_index_gather_per_buffer(has_hidden):
+    sys.path.insert(0, str(STAND_INS_DIR))
+    try:
+        from sgl_kernel.ops import gather_rows_cpu
+    finally:
+        sys.path.pop(0)
+    g = torch.Generator().manual_seed(0)
+    sources = [torch.rand(10, 1, generator=g), torch.randint(0, 99, (10, 1), generator=g),
+               torch.randint(0, 99, (10,), generator=g, dtype=torch.int32), torch.rand(10, 3, 4, generator=g)]
+    idx = torch.tensor([7, 0, 7, 3, 9])
+    outputs = [torch.full((5, *s.shape[1:]), -1, dtype=s.dtype) for s in sources]
+    widths = [s[0].numel() if s.dim() > 1 else 1 for s in sources]
+    fourth = (sources[3], outputs[3], widths[3]) if has_hidden else (idx, idx.clone(), 1)
+    gather_rows_cpu(idx, sources[0], outputs[0], widths[0], sources[1], outputs[1], widths[1],
+                    sources[2], outputs[2], widths[2], *fourth, has_hidden)
+    for source, output in zip(sources[:3], outputs[:3]):
+        assert torch.equal(output, source[idx])
+    assert torch.equal(outputs[3], sources[3][idx]) if has_hidden else bool((outputs[3] == -1).all())

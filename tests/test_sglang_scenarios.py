@@ -19,7 +19,8 @@ from harness.scenario import load_scenario, render_args, scenario_from_dict
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((REPO / "scenarios").glob("sglang_*.yaml"))
 CPU_SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"  # the real server on a CPU
-GPU_SCENARIOS = [p for p in SCENARIOS if p != CPU_SCENARIO]
+SWEEP_SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"  # SGLang's releases on a CPU
+GPU_SCENARIOS = [p for p in SCENARIOS if p not in (CPU_SCENARIO, SWEEP_SCENARIO)]
 HELP_NAME = "sglang-0.5.23-launch-server-help.txt"
 ENGINE_ADDED_FLAGS = ("--model-path", "--speculative-draft-model-path", "--host", "--port")
 
@@ -57,6 +58,7 @@ def sglang_flags() -> set[str]:
 
 def test_sglang_scenarios_are_shipped():
     assert [p.name for p in SCENARIOS] == [
+        "sglang_cpu_release_sweep.yaml",
         "sglang_cpu_tiny_eagle_topk1.yaml",
         "sglang_deepseek_v32_mtp_rocm_tp8.yaml",
         "sglang_kimi_k25_nvfp4_tp4_eagle3.yaml",
@@ -74,6 +76,9 @@ def test_every_server_argument_exists_in_sglang_0_5_23(path, sglang_flags):
     unknown = [f"{flag} ({where})" for flag, where in used.items() if flag not in sglang_flags]
     assert not unknown, f"{path.name}: not in SGLang 0.5.23 --help: {', '.join(unknown)}"
     renamed = {old: new for old, new in RENAMED_FLAGS["0.5.23"].items() if old in used}
+    if path == SWEEP_SCENARIO:  # the old names on purpose: the new ones do not exist before 0.5.23
+        assert set(renamed) == {"--disable-cuda-graph"}, renamed
+        return
     assert not renamed, f"{path.name}: renamed in 0.5.23: {renamed}"
 
 
@@ -118,6 +123,27 @@ def test_cpu_scenario_shape():
     assert {("DRAFT_DECODE", "softmax", ("candidate",)), ("DRAFT_EXTEND", "softmax", ("candidate",)),
             ("DRAFT_DECODE", "softmax", ("baseline",)), ("DRAFT_DECODE", "argmax", ("candidate",))} <= counted
     assert {"accept_length", "output_identity", "tpot_gain"} <= {c.kind for c in scenario.checks}
+
+
+def test_release_sweep_scenario_shape():
+    """The sweep's scenario: the CPU scenario's model and draft configuration, settings every release
+    from 0.5.10 on accepts, regions that mean the same in every release, and only exact rules."""
+    sweep, cpu = load_scenario(SWEEP_SCENARIO), load_scenario(CPU_SCENARIO)
+    assert sweep.server.sglang_version is None  # the sweep sets it per release
+    for flag in ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
+                 "--speculative-num-draft-tokens", "--attention-backend", "--device"):
+        assert sweep.server.args[flag] == cpu.server.args[flag], flag
+    assert (sweep.server.model_path, sweep.server.draft_model_path) == (cpu.server.model_path, cpu.server.draft_model_path)
+    # 0.5.23's --cuda-graph-backend-* flags do not exist before it; --disable-cuda-graph does in every release
+    assert sweep.server.args["--disable-cuda-graph"] is True
+    assert not any(flag.startswith("--cuda-graph-backend") for flag in sweep.server.args)
+    assert sweep.server.env["SGLANG_ENABLE_SPEC_V2"] == "1"
+    # regions from the EAGLE worker's methods only (the stage spans exist from 0.5.16 on)
+    assert sweep.regions.replace and {r.name for r in sweep.regions.rules} >= {"DRAFT_DECODE", "DRAFT_EXTEND"}
+    assert all("eagle_worker_v2" in r.regex for r in sweep.regions.rules)
+    assert sweep.profile.with_stack and {c.kind for c in sweep.checks} == {"kernel_count", "output_identity"}
+    assert sweep.variants["baseline"].patches == cpu.variants["baseline"].patches
+    assert sweep.variants["candidate"].patches == cpu.variants["candidate"].patches
 
 
 def test_patch_module_named_by_the_scenarios_exists():

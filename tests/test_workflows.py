@@ -19,6 +19,7 @@ WORKFLOWS = REPO / ".github" / "workflows"
 GPU = WORKFLOWS / "gpu-regression.yml"
 CPU = WORKFLOWS / "cpu-tests.yml"
 NIGHTLY = WORKFLOWS / "gpu-nightly.yml"
+SWEEP = WORKFLOWS / "gpu-release-sweep.yml"
 
 
 def load(path: Path) -> dict:
@@ -44,7 +45,7 @@ def check_jsonschema() -> list[str]:
     pytest.skip("check-jsonschema is not installed (it is in the `test` extra: pip install -e '.[test]')")
 
 
-@pytest.mark.parametrize("workflow", [GPU, CPU, NIGHTLY], ids=lambda p: p.name)
+@pytest.mark.parametrize("workflow", [GPU, CPU, NIGHTLY, SWEEP], ids=lambda p: p.name)
 def test_workflow_is_valid_against_the_github_schema(workflow):
     result = subprocess.run(
         [*check_jsonschema(), "--builtin-schema", "vendor.github-workflows", str(workflow)],
@@ -89,7 +90,7 @@ def test_gpu_workflow_shape():
 
 def test_inputs_never_pasted_into_scripts():
     """`${{ inputs.* }}` inside `run:` is a script-injection hole; it must go through env."""
-    for path in (GPU, CPU, NIGHTLY):
+    for path in (GPU, CPU, NIGHTLY, SWEEP):
         for job in load(path)["jobs"].values():
             for s in job["steps"]:
                 assert "${{" not in s.get("run", ""), f"{path.name}: {s.get('name')}: expression inside run"
@@ -243,3 +244,22 @@ def test_make_profile_says_the_verdict_code_make_cannot_return(tmp_path):
     assert proc.returncode == 2
     assert f"harness run: {tmp_path / 'missing.yaml'}: no such file" in proc.stderr
     assert "make profile: harness run exited 2 (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted)" in proc.stderr
+
+
+def test_release_sweep_workflow_runs_the_sweep_and_keeps_everything():
+    wf = load(SWEEP)
+    inputs = wf["on"]["workflow_dispatch"]["inputs"]
+    assert (REPO / inputs["scenario"]["default"]).exists()
+    sweep = step(wf, "Sweep the releases")["run"]
+    assert '--sglang-releases "$RELEASES" --environments target' in sweep and "exit 0" in sweep
+    upload = step(wf, "Upload the sweep and the trend page")
+    assert upload["if"] == "always()" and "reports/sweeps" in upload["with"]["path"]
+    names = [s.get("name") for s in wf["jobs"]["sweep"]["steps"]]
+    assert names.index("Sweep the releases") < names.index("Upload the sweep and the trend page") < names.index(
+        "Fail when fewer than two releases ran")
+
+
+@pytest.mark.parametrize("code, job_fails", [(0, False), (3, True), (2, True), (130, True)])
+def test_release_sweep_gate(tmp_path, code, job_fails):
+    done = _bash(step(load(SWEEP), "Fail when fewer than two releases ran")["run"], tmp_path, {"EXIT_CODE": str(code)})
+    assert (done.returncode != 0) == job_fails

@@ -13,7 +13,8 @@ from harness.files import write_text_atomic
 from harness.report.page import relative_link, render
 
 BANNER = {"found": ("FAIL", "FOUND"), "not narrowed": ("INCONCLUSIVE", "NOT NARROWED"),
-          "bad passes": ("INCONCLUSIVE", "BAD PASSES"), "cannot judge": ("INCONCLUSIVE", "NO VERDICT"),
+          "bad passes": ("INCONCLUSIVE", "BAD PASSES"), "no change": ("INCONCLUSIVE", "NO CHANGE"),
+          "cannot judge": ("INCONCLUSIVE", "NO VERDICT"),
           "interrupted": ("NONE", "INTERRUPTED"), "running": ("NONE", "RUNNING")}
 
 
@@ -29,7 +30,7 @@ def render_page(result: BisectResult) -> str:
         })
     return render(
         "bisect.html", title=f"bisect {result.scenario}: {word}", banner_class=cls, banner_word=word,
-        result=result, steps=steps,
+        result=result, steps=steps, releases=result.request.axis == "releases",
         mode=("statistical rules: both arms run at every step, an INCONCLUSIVE step is retried, then skipped"
               if result.plan.statistical else "exact rules: the other arms run once, each step runs the variant only"),
         baseline=relative_link(result.baseline_run_dir, result.out_dir) if result.baseline_run_dir else None,

@@ -12,28 +12,60 @@ from typing import Any
 from harness.bisect.git import Commit
 from harness.bisect.plan import StepPlan
 from harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS
-from harness.verdict.verdicts import Verdict
+from harness.verdict.verdicts import PASS, Verdict
 
 DEFAULT_OUT_ROOT = Path("reports/bisect")
 
 
 @dataclass(frozen=True)
+class Release:
+    """A release as a point of the search: the same face as a `Commit` for the page and the printout."""
+
+    version: str
+
+    @property
+    def hash(self) -> str:
+        return self.version
+
+    @property
+    def short(self) -> str:
+        return self.version
+
+    @property
+    def subject(self) -> str:
+        return f"SGLang {self.version}"
+
+    @property
+    def author_date(self) -> str:
+        return ""
+
+
+Point = Commit | Release
+
+
+@dataclass(frozen=True)
 class BisectRequest:
     scenario_path: Path
-    source: Path
-    good: str
-    bad: str
+    source: Path | None = None  # git: the repository, with good and bad revisions
+    good: str | None = None
+    bad: str | None = None
     variant: str = "candidate"
     rules: tuple[str, ...] = ()
     retries: int = 2  # statistical rules: extra attempts of an INCONCLUSIVE step before it is skipped
     out_root: Path = DEFAULT_OUT_ROOT
+    releases: str | None = None  # releases: `A..B` instead of a repository
+    environments: str = "auto"  # releases: which provider builds each release's environment
+
+    @property
+    def axis(self) -> str:
+        return "releases" if self.releases else "git"
 
 
 @dataclass
 class Step:
     number: int
-    commit: Commit
-    role: str  # "bad revision" (checked first) or "bisection"
+    commit: Point
+    role: str  # git: "bad revision" (checked first) or "bisection"; releases: "oldest", "newest", "bisection"
     verdict: Verdict
     mark: str  # good / bad / skip
     reason: str
@@ -44,8 +76,9 @@ class Step:
         return self.attempts[-1]
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "commit": self.commit.hash, "subject": self.commit.subject,
-                "author_date": self.commit.author_date, "role": self.role, "verdict": self.verdict,
+        point = ({"release": self.commit.version} if isinstance(self.commit, Release) else
+                 {"commit": self.commit.hash, "subject": self.commit.subject, "author_date": self.commit.author_date})
+        return {"number": self.number, **point, "role": self.role, "verdict": self.verdict,
                 "mark": self.mark, "reason": self.reason, "run_dir": str(self.run_dir),
                 "attempts": [str(p) for p in self.attempts]}
 
@@ -54,24 +87,41 @@ class Step:
 class BisectResult:
     request: BisectRequest
     scenario: str
-    good: Commit
-    bad: Commit
-    commits_in_range: int
+    good: Point  # releases: the oldest of the range
+    bad: Point  # releases: the newest
+    commits_in_range: int  # releases: the releases in the range
     rules: list[str]
     plan: StepPlan
     out_dir: Path
-    status: str = "running"  # found | not narrowed | bad passes | cannot judge | interrupted | running
+    # found | not narrowed | bad passes | no change (releases) | cannot judge | interrupted | running
+    status: str = "running"
     message: str = ""
-    first_bad: Commit | None = None
-    candidates: list[Commit] = field(default_factory=list)  # not narrowed: the first bad is one of these
+    first_bad: Point | None = None  # releases: the first release whose verdict is the newest one's
+    candidates: list[Point] = field(default_factory=list)  # not narrowed: the first bad is one of these
+    releases: list[str] = field(default_factory=list)  # releases: the range, oldest first
+    # releases: the verdicts at the two ends, oldest first (e.g. FAIL then PASS: the first release
+    # that passes is searched for, the fix); None until judged
+    terms: tuple[Verdict, Verdict] | None = None
     steps: list[Step] = field(default_factory=list)
     baseline_run_dir: Path | None = None
     interrupted_by: int | None = None
 
     @property
     def max_steps(self) -> int:
-        """The steps a search without skips needs at most: ceil(log2 N), plus the bad revision's."""
+        """The steps a search without skips needs at most: ceil(log2 N), plus the bad revision's (git)
+        or both ends' (releases: the direction of the change is not known before they are judged)."""
+        if self.request.axis == "releases":
+            return math.ceil(math.log2(max(self.commits_in_range - 1, 1))) + 2 if self.commits_in_range > 1 else 1
         return math.ceil(math.log2(self.commits_in_range)) + 1 if self.commits_in_range > 1 else 1
+
+    @property
+    def found_word(self) -> str:
+        """How the found point is named: `first bad commit`, or for releases what changed to what."""
+        if self.request.axis != "releases":
+            return "first bad commit"
+        if self.terms is not None and self.terms[1] == PASS:
+            return "first release that passes"
+        return "first bad release"
 
     @property
     def exit_code(self) -> int:
@@ -81,13 +131,21 @@ class BisectResult:
 
     def to_json_dict(self) -> dict[str, Any]:
         commit = lambda c: None if c is None else {"hash": c.hash, "subject": c.subject, "author_date": c.author_date}  # noqa: E731
-        return {
-            "schema_version": 1, "scenario": self.scenario, "source": str(self.request.source),
+        common = {
+            "schema_version": 1, "scenario": self.scenario, "axis": self.request.axis,
             "variant": self.request.variant, "rules": self.rules, "mode": "statistical" if self.plan.statistical else "exact",
-            "good": commit(self.good), "bad": commit(self.bad), "commits_in_range": self.commits_in_range,
             "max_steps": self.max_steps, "status": self.status, "message": self.message,
-            "first_bad": self.first_bad.hash if self.first_bad else None, "first_bad_commit": commit(self.first_bad),
-            "candidates": [commit(c) for c in self.candidates], "steps": [s.to_json_dict() for s in self.steps],
+            "steps": [s.to_json_dict() for s in self.steps],
             "baseline_run_dir": str(self.baseline_run_dir) if self.baseline_run_dir else None,
             "out_dir": str(self.out_dir), "report": str(self.out_dir / "index.html"), "exit_code": self.exit_code,
         }
+        if self.request.axis == "releases":
+            return {**common, "releases": self.releases, "environments": self.request.environments,
+                    "oldest": self.good.hash, "newest": self.bad.hash,
+                    "verdicts_at_ends": list(self.terms) if self.terms else None, "found": self.found_word,
+                    "first_changed_release": self.first_bad.hash if self.first_bad else None,
+                    "candidates": [c.hash for c in self.candidates]}
+        return {**common, "source": str(self.request.source), "good": commit(self.good), "bad": commit(self.bad),
+                "commits_in_range": self.commits_in_range,
+                "first_bad": self.first_bad.hash if self.first_bad else None, "first_bad_commit": commit(self.first_bad),
+                "candidates": [commit(c) for c in self.candidates]}

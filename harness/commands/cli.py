@@ -24,7 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("harness.commands.compare", "compare two stored runs of one scenario (e.g. yesterday's and today's)"),
     "report": ("harness.commands.report", "rebuild a run's report: index.html, junit.xml, summary.md"),
     "history": ("harness.commands.history", "results database across runs: ingest runs; change points and the trend page"),
-    "bisect": ("harness.commands.bisect", "find the commit of a source repository that broke the scenario's rules"),
+    "sweep": ("harness.commands.sweep", "run the candidate at each SGLang release of a range: history points, change points explained"),
+    "bisect": ("harness.commands.bisect", "find the commit (or SGLang release) at which the scenario's rules' verdict changed"),
 }
 
 

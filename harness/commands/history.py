@@ -63,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report.add_argument("--min-size", type=_positive, default=3, metavar="RUNS",
                         help="runs on each side of a change point (default 3)")
     report.add_argument("--seed", type=int, default=0, help="seed of the permutations (default 0)")
+    report.add_argument("--scenario", action="append", metavar="NAME", dest="scenarios",
+                        help="only this scenario's runs (repeatable; default every scenario)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,9 +104,17 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _directed(change: dict) -> bool:
+    """Whether the series has a worse direction (an output hash or an op mix only changes)."""
+    from harness.history.analyze import metric_info
+
+    return metric_info(change["metric"]).worse is not None
+
+
 def _report(args: argparse.Namespace) -> int:
     import json
 
+    from harness.errors import one_line
     from harness.history.analyze import history_facts
     from harness.history.changepoints import Options
     from harness.history.db import display_url, open_database
@@ -114,7 +124,8 @@ def _report(args: argparse.Namespace) -> int:
     options = Options(max_pvalue=args.max_pvalue, permutations=args.permutations, min_size=args.min_size,
                       min_magnitude=args.min_magnitude, seed=args.seed)
     facts = history_facts(engine, options, max_regression=args.max_regression,
-                          database=display_url(engine.url.render_as_string(hide_password=False)))
+                          database=display_url(engine.url.render_as_string(hide_password=False)),
+                          scenarios=args.scenarios)
     page = write_trend_page(facts, args.out)
     if args.json:
         print(json.dumps(facts, indent=2, ensure_ascii=False))
@@ -122,12 +133,17 @@ def _report(args: argparse.Namespace) -> int:
     runs = facts["runs"]
     print(f"{runs['complete']} complete runs ({runs['incomplete']} incomplete, {runs['damaged']} damaged), "
           f"{len(facts['series'])} series, {len(facts['change_points'])} change points")
-    for c in facts["change_points"]:
+    explanations = {e["id"]: e for e in facts["explanations"]}
+    for i, c in enumerate(facts["change_points"]):
         size = f"{c['magnitude'] * 100:+.1f}%" if c["magnitude"] is not None else "from zero"
-        p = "zero rule" if c["p_value"] is None else f"p={c['p_value']:.3g}"
-        print(f"  {'REGRESSION ' if c['regression'] else 'improvement'} {c['series']}: {c['before']:.4g} -> "
-              f"{c['after']:.4g} ({size}, {p}) from run {c['run']}")
+        p = "exact" if c["kind"] == "exact" else "zero rule" if c["p_value"] is None else f"p={c['p_value']:.3g}"
+        word = "REGRESSION " if c["regression"] else "improvement" if _directed(c) else "change     "
+        where = f"at {c['label_after']}" if c["label_after"] is not None else f"from run {c['run']}"
+        print(f"  {word} {one_line(c['series'])}: {c['before']:.4g} -> {c['after']:.4g} ({size}, {p}) {one_line(where)}")
+        following = facts["change_points"][i + 1] if i + 1 < len(facts["change_points"]) else None
+        if c["explanation"] and (following is None or following["explanation"] != c["explanation"]):
+            print(f"    why: {one_line(explanations[c['explanation']]['sentence'])}")
     for d in facts["damaged"]:
-        print(f"  {d['status']}: {d['run']}: {d['reason']}")
+        print(f"  {d['status']}: {one_line(d['run'])}: {one_line(d['reason'] or '')}")
     print(f"gate: {facts['gate']['verdict']} (max regression {args.max_regression:g}); page: {page}")
     return facts["exit_code"]

@@ -8,6 +8,10 @@ in each part (binary segmentation), until no part has a significant split.
 On top: a split whose relative size is below `min_magnitude` is dropped (as Otava's option of that
 name does), and in a kernel-count series a move from zero to non-zero (or back) is a change point by
 itself, with no statistics (`zero_changes`).
+
+Exact series (a count per replay, an output hash: values that do not vary between runs of the same
+code) need none of this: every position where the value differs from the previous one is a change
+point (`exact_change_points`), with no test and no minimum size.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class ChangePoint:
     p_value: float | None  # None: a zero / non-zero change (no test needed)
     before: float  # mean of the segment before (up to the previous change point)
     after: float  # mean of the segment after (up to the next change point)
-    kind: str  # "e-divisive" | "zero"
+    kind: str  # "e-divisive" | "zero" | "exact"
 
     @property
     def magnitude(self) -> float | None:
@@ -144,3 +148,11 @@ def change_points(values: Sequence[float], options: Options = Options(), *, coun
         for i in zero_changes(x):
             points[i] = (None, "zero")
     return _with_means(x, points)
+
+
+def exact_change_points(values: Sequence[float], keys: Sequence[object] | None = None) -> list[ChangePoint]:
+    """Every index whose key (default: its value) differs from the previous one, with the values on
+    either side as `before` and `after` (no segment means: an exact series has no noise to average)."""
+    compared = list(keys) if keys is not None and any(k is not None for k in keys) else list(values)
+    return [ChangePoint(index=i, p_value=None, before=float(values[i - 1]), after=float(values[i]), kind="exact")
+            for i in range(1, len(values)) if compared[i] != compared[i - 1]]

@@ -3,13 +3,21 @@ nothing to start) and a team's PostgreSQL server (by URL).
 
 Tables (schema version in `harness_meta`):
   runs          one row per run directory (identified by `run_key`), with its status
-                (complete | incomplete | damaged) and the reason, versions, commits, hardware, verdict
-  variants      per run and variant: its configuration and software versions
+                (complete | incomplete | damaged) and the reason, versions, commits, hardware, verdict,
+                and its sweep point (sweep, axis, point, label, position) when it is one
+  variants      per run and variant: its configuration, software versions and the hash of its
+                greedy outputs
   samples       per run, variant and metric: the samples (TPOT per timed trial, accept length,
                 throughput)
   rules         per run: every rule's verdict, reason, parameters and numbers
   kernel_counts per run, variant, profiled trial, rank, region and pattern: the trace analysis counts
+  op_counts     per run, variant, region, unit and op name: its count per replay over the variant's
+                profiled trials and ranks (min, median, max), replays, time
+  region_times  per run, variant and region: instances and time (the profiled trials' region_times)
 Children are written in the same transaction as their run row, so a run row means a whole run.
+
+Version 2 added the sweep columns, the output hash, op_counts and region_times; a version-1
+database is migrated in place when opened (`_migrate`), and its runs are re-read by the next ingest.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from harness.errors import HarnessInputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_DB = Path("reports") / "history.sqlite"
 DB_ENV = "HARNESS_HISTORY_DB"
 
@@ -61,6 +69,12 @@ runs = sa.Table(
     sa.Column("sglang_commit", sa.String(64)),
     sa.Column("hardware", sa.String(255), nullable=False),
     sa.Column("host", sa.String(255)),
+    # run.json `sweep` (version 2): a point of a sweep over SGLang releases or revisions
+    sa.Column("sweep", sa.String(255)),
+    sa.Column("sweep_axis", sa.String(32)),
+    sa.Column("sweep_point", sa.String(255)),
+    sa.Column("sweep_label", sa.String(255)),
+    sa.Column("sweep_position", sa.Integer),
     sa.Column("scenario_json", sa.JSON),  # the resolved scenario (variant configurations, checks)
     sa.Column("environment_json", sa.JSON),
     sa.Column("run_json", sa.JSON),
@@ -76,6 +90,9 @@ variants = sa.Table(
     sa.Column("torch_version", sa.String(64)),
     sa.Column("sglang_version", sa.String(64)),
     sa.Column("sglang_commit", sa.String(64)),
+    # (version 2) sha256 of the profiled trials' greedy outputs in prompt order, and how many requests
+    sa.Column("output_hash", sa.String(64)),
+    sa.Column("outputs", sa.Integer),
 )
 
 samples = sa.Table(
@@ -115,7 +132,38 @@ kernel_counts = sa.Table(
     sa.Column("per_replay_max", sa.Integer),
 )
 
-CHILD_TABLES = (variants, samples, rules, kernel_counts)
+op_counts = sa.Table(
+    "op_counts", metadata,
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("variant", sa.String(64), primary_key=True),
+    sa.Column("region", sa.String(128), primary_key=True),
+    sa.Column("unit", sa.String(32), primary_key=True),
+    sa.Column("op_key", sa.String(32), primary_key=True),  # sha256 of `op`: kernel names outgrow an index
+    sa.Column("op", sa.Text, nullable=False),
+    sa.Column("replays", sa.Integer, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("per_replay_min", sa.Integer, nullable=False),
+    sa.Column("per_replay_median", sa.Float, nullable=False),
+    sa.Column("per_replay_max", sa.Integer, nullable=False),
+    sa.Column("time_us", sa.Float, nullable=False),
+)
+
+region_times = sa.Table(
+    "region_times", metadata,
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("variant", sa.String(64), primary_key=True),
+    sa.Column("region", sa.String(128), primary_key=True),
+    sa.Column("unit", sa.String(32)),
+    sa.Column("instances", sa.Integer, nullable=False),
+    sa.Column("time_us", sa.Float, nullable=False),
+    sa.Column("robust_time_us", sa.Float, nullable=False),
+    sa.Column("basis", sa.String(32)),
+)
+
+CHILD_TABLES = (variants, samples, rules, kernel_counts, op_counts, region_times)
+# What version 2 added to tables that version 1 had (new tables are created by create_all).
+ADDED_IN_2 = {"runs": ("sweep", "sweep_axis", "sweep_point", "sweep_label", "sweep_position"),
+              "variants": ("output_hash", "outputs")}
 
 
 def database_url(db: str | os.PathLike | None) -> str:
@@ -179,7 +227,39 @@ def _create_schema(engine: Engine, url: str) -> None:
         raise HarnessInputError(
             f"--db {display_url(url)}: schema version {found} is newer than this harness's ({SCHEMA_VERSION}); "
             "upgrade the harness")
-    # Older versions would be migrated here; there is only version 1 so far.
+    if int(found) < SCHEMA_VERSION:
+        _migrate(engine, url, int(found))
+
+
+def _migrate(engine: Engine, url: str, found: int) -> None:
+    """Version 1 -> 2 in place: the new columns (the new tables exist already: create_all). Each step
+    is idempotent (a column is added only when missing), so a migration cut short, or two processes
+    migrating at once, end in the same schema. Runs ingested before keep their rows, but their
+    fingerprints are cleared: the next ingest re-reads them, which fills the new columns and tables."""
+    for attempt in range(5):
+        try:
+            with engine.begin() as conn:
+                version = int(conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one())
+                if version >= SCHEMA_VERSION:
+                    return
+                inspector = sa.inspect(conn)
+                quote = conn.dialect.identifier_preparer.quote
+                for table_name, names in ADDED_IN_2.items():
+                    have = {c["name"] for c in inspector.get_columns(table_name)}
+                    table = metadata.tables[table_name]
+                    for name in names:
+                        if name not in have:
+                            kind = table.c[name].type.compile(dialect=conn.dialect)
+                            conn.execute(sa.text(f"ALTER TABLE {quote(table_name)} ADD COLUMN {quote(name)} {kind}"))
+                conn.execute(runs.update().values(fingerprint="migrated-from-1"))
+                conn.execute(meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
+            return
+        except (ProgrammingError, OperationalError) as exc:
+            # Another process migrating at the same moment: look again.
+            if attempt == 4 or _unreachable(exc):
+                raise HarnessInputError(f"--db {display_url(url)}: cannot migrate the database from schema version "
+                                        f"{found} ({str(exc.orig).strip().splitlines()[0] if exc.orig else exc})") from None
+            time.sleep(0.2 * (attempt + 1))
 
 
 def _unreachable(exc: Exception) -> bool:

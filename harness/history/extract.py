@@ -2,8 +2,9 @@
 
 It never raises for a damaged run: a run whose files are missing, truncated or inconsistent becomes a
 record with status `damaged` and the reason (which file, what is wrong); a run that did not finish is
-`incomplete` with its error. Only complete runs carry samples, rules and kernel counts, so half a run
-can never move a series. Unknown fields are ignored (newer harnesses add some, e.g. run.json `mode`).
+`incomplete` with its error. Only complete runs carry samples, rules, kernel counts, op counts, region
+times and output hashes, so half a run can never move a series. Unknown fields are ignored (newer
+harnesses add some, e.g. run.json `mode`). A run of a sweep (run.json `sweep`) carries its point.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
-from harness.rundir import as_list, as_object
+from harness.rundir import SweepPoint, as_list, as_object
+from harness.traces.analysis import combine_op_tables
+from harness.traces.schema import OpTable, RegionTime
 
 RUN_FILES = ("run.json", "results.json", "environment.json", "analysis.json", "scenario.yaml")
 # results.json variants.<name> lists -> metric names in the database
@@ -53,6 +57,11 @@ class RunRecord:
     sglang_commit: str | None = None
     hardware: str = "unknown"
     host: str | None = None
+    sweep: str | None = None  # run.json `sweep`: the sweep's name, axis, point, label and position
+    sweep_axis: str | None = None
+    sweep_point: str | None = None
+    sweep_label: str | None = None
+    sweep_position: int | None = None
     scenario_json: dict[str, Any] | None = None
     environment_json: dict[str, Any] | None = None
     run_json: dict[str, Any] | None = None
@@ -60,6 +69,8 @@ class RunRecord:
     samples: list[dict[str, Any]] = field(default_factory=list)
     rules: list[dict[str, Any]] = field(default_factory=list)
     kernel_counts: list[dict[str, Any]] = field(default_factory=list)
+    op_counts: list[dict[str, Any]] = field(default_factory=list)
+    region_times: list[dict[str, Any]] = field(default_factory=list)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -104,6 +115,8 @@ def _fingerprint(run_dir: Path) -> str:
     for trial_json in sorted(trials.glob("*/trial.json")) if trials.is_dir() else []:
         digest.update(trial_json.parent.name.encode())
         digest.update(trial_json.read_bytes())
+        if trial_json.parent.name.endswith("-profiled") and (requests := trial_json.parent / "requests.jsonl").is_file():
+            digest.update(requests.read_bytes())  # the output hash is read from them
     return digest.hexdigest()[:32]
 
 
@@ -155,7 +168,10 @@ def read_run(run_dir: str | Path) -> RunRecord:
         results = _read_json(run_dir, "results.json", required=True)
         trials = _trials(run_dir, run)
         _results(record, results, trials)
-        _kernel_counts(record, _read_json(run_dir, "analysis.json", required=False), trials)
+        analysis = _read_json(run_dir, "analysis.json", required=False)
+        _kernel_counts(record, analysis, trials)
+        _ops_and_times(record, analysis, trials)
+        _output_hashes(record, run_dir, run)
         record.status = "complete"
         report = run_dir / "index.html"
         record.report = str(report) if report.exists() else None
@@ -163,6 +179,9 @@ def read_run(run_dir: str | Path) -> RunRecord:
         record.status = "damaged"
         record.reason = str(exc)
         record.samples, record.rules, record.kernel_counts = [], [], []
+        record.op_counts, record.region_times = [], []
+        for variant in record.variants:
+            variant.update(output_hash=None, outputs=None)
     finally:
         record.key = _run_key(run_dir, run, env)
     return record
@@ -195,6 +214,15 @@ def _run_facts(record: RunRecord, run: dict[str, Any]) -> None:
     record.mode = run.get("mode") if isinstance(run.get("mode"), str) and run.get("mode") else "restart"
     record.started = to_utc(run.get("started"))
     record.finished = to_utc(run.get("finished"))
+    if run.get("sweep") is not None:
+        try:
+            point = SweepPoint.model_validate(run["sweep"])
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            raise Damaged(f"run.json: sweep{'.' + where if where else ''}: {error['msg']}") from None
+        record.sweep, record.sweep_axis, record.sweep_point = point.sweep, point.axis, point.point
+        record.sweep_label, record.sweep_position = point.label, point.position
 
 
 def _scenario(run_dir: Path) -> dict[str, Any] | None:
@@ -308,3 +336,117 @@ def _kernel_counts(record: RunRecord, analysis: Any, trials: dict[str, dict[str,
                         "replays": row.get("replays"), "total": row.get("total"),
                         "per_replay_min": row.get("per_replay_min"), "per_replay_max": row.get("per_replay_max"),
                     })
+
+
+def _variant_files(analysis: Any, trials: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, int, dict[str, Any]]]]:
+    """Per variant, its profiled trials' per-file analyses: (trial, file position, facts)."""
+    out: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+    for trial_name, trial_analysis in as_object(as_object(analysis).get("trials")).items():
+        variant = (trials.get(trial_name) or {}).get("variant")
+        if not isinstance(variant, str) or not isinstance(trial_analysis, dict):
+            continue  # a trial the plan does not know: not this run's
+        for position, facts in enumerate(as_list(trial_analysis.get("files"))):
+            if isinstance(facts, dict):
+                out.setdefault(variant, []).append((trial_name, position, facts))
+    return out
+
+
+def _known_fields(raw: Any, model: type[BaseModel]) -> Any:
+    """A record without the fields this harness does not know (a newer one's): ignored, not damage."""
+    return {k: v for k, v in raw.items() if k in model.model_fields} if isinstance(raw, dict) else raw
+
+
+def op_key(name: str) -> str:
+    """The key of an op name in the database: kernel names can be longer than an index allows."""
+    return hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
+def _ops_and_times(record: RunRecord, analysis: Any, trials: dict[str, dict[str, Any]]) -> None:
+    """Per variant, its profiled trials' op tables as one (every replay of every trial and rank), and
+    each region's time per replay (summed over the same files)."""
+    for variant, files in _variant_files(analysis, trials).items():
+        tables: list[OpTable] = []
+        times: dict[str, dict[str, Any]] = {}
+        for trial_name, position, facts in files:
+            where = f"analysis.json: trials.{trial_name}.files[{position}]"
+            for i, raw in enumerate(as_list(facts.get("op_tables"))):
+                try:
+                    tables.append(OpTable.model_validate(_known_fields(raw, OpTable)))
+                except ValidationError as exc:
+                    raise Damaged(f"{where}.op_tables[{i}]: {exc.errors()[0]['msg']}") from None
+            for region, raw in as_object(facts.get("region_times")).items():
+                try:
+                    spent = RegionTime.model_validate(_known_fields(raw, RegionTime))
+                except ValidationError as exc:
+                    raise Damaged(f"{where}.region_times.{region}: {exc.errors()[0]['msg']}") from None
+                row = times.setdefault(region, {"variant": variant, "region": region, "unit": spent.unit,
+                                                "instances": 0, "time_us": 0.0, "robust_time_us": 0.0,
+                                                "basis": spent.basis})
+                row["instances"] += spent.instances
+                row["time_us"] += spent.time_us
+                # robust time where the file has it (span wall time without a busy CPU's spikes)
+                row["robust_time_us"] += spent.robust_time_us if spent.robust_time_us is not None else spent.time_us
+        record.region_times.extend(times.values())
+        for table in combine_op_tables(tables):
+            if not table.known:
+                continue  # no row: the history never stores a count the trace could not support
+            for op in table.rows():
+                record.op_counts.append({
+                    "variant": variant, "region": table.region, "unit": table.unit, "op_key": op_key(op.name),
+                    "op": op.name, "replays": table.replays, "total": op.total, "per_replay_min": op.per_replay_min,
+                    "per_replay_median": op.per_replay_median, "per_replay_max": op.per_replay_max,
+                    "time_us": op.time_us,
+                })
+
+
+def output_hash(requests: list[tuple[int, list[int] | None]]) -> str:
+    """sha256 over the outputs in prompt order: `[[index, output_ids], ...]` as compact JSON, a
+    request that failed as `[index, null]`."""
+    text = json.dumps(sorted(requests, key=lambda r: r[0]), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _output_hashes(record: RunRecord, run_dir: Path, run: dict[str, Any]) -> None:
+    """Per variant, the hash of its profiled trials' greedy outputs (prompt by prompt, the first
+    trial in plan order that sent a prompt gives its output); none where decoding samples
+    (temperature > 0) or a trial's requests cannot be read."""
+    temperature = as_object(as_object(record.scenario_json).get("workload")).get("temperature", 0)
+    greedy = not isinstance(temperature, (int, float)) or temperature == 0
+    for variant in record.variants:
+        variant.update(output_hash=None, outputs=None)
+        if not greedy:
+            continue
+        outputs: dict[int, list[int] | None] = {}
+        readable = True
+        entries = [e for e in run["plan"] if e.get("variant") == variant["variant"] and e.get("kind") == "profiled"]
+        for entry in sorted(entries, key=lambda e: e.get("index") if isinstance(e.get("index"), int) else 0):
+            rows = _requests(run_dir / entry["dir"] / "requests.jsonl")
+            if rows is None:
+                readable = False
+                break
+            for index, ids in rows:
+                outputs.setdefault(index, ids)
+        if readable and outputs:
+            variant.update(output_hash=output_hash(list(outputs.items())), outputs=len(outputs))
+
+
+def _requests(path: Path) -> list[tuple[int, list[int] | None]] | None:
+    """(index, output ids) of each measured request of requests.jsonl; None if it cannot be read."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    rows: list[tuple[int, list[int] | None]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(row, dict) or row.get("warmup") or not isinstance(row.get("index"), int):
+            continue
+        ids = row.get("output_ids")
+        failed = bool(row.get("error")) or not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)
+        rows.append((row["index"], None if failed else ids))
+    return rows

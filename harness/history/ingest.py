@@ -102,7 +102,8 @@ def _insert(conn: sa.Connection, record: RunRecord) -> None:
     assert key is not None  # None only for a statement other than a single-row insert
     run_id = key[0]
     for table, rows in ((db.variants, record.variants), (db.samples, record.samples), (db.rules, record.rules),
-                        (db.kernel_counts, record.kernel_counts)):
+                        (db.kernel_counts, record.kernel_counts), (db.op_counts, record.op_counts),
+                        (db.region_times, record.region_times)):
         if rows:
             conn.execute(table.insert(), [{**r, "run_id": run_id} for r in _unique(table, rows)])
 

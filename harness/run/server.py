@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -52,9 +55,24 @@ class PortInUseError(ServerStartError):
 # ---- ports --------------------------------------------------------------------------------------
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A port that is free right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+# Servers derive ports of their own from the one they are given: SGLang 0.5.11 to 0.5.18 refuse to
+# start when `port + 10000` (their gRPC port) passes 65535, which the OS's ephemeral range (up to
+# 60999 on Linux) reaches. So a port is drawn below that, with room above it.
+PORT_RANGE = (20000, 45000)
+
+
+def free_port(host: str = LOOPBACK, *, rng: random.Random | None = None) -> int:
+    """A port in PORT_RANGE that is free right now (drawn at random, then tried)."""
+    rng = rng or random.Random()
+    for _ in range(200):
+        port = rng.randrange(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded range: the OS's choice
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
@@ -230,6 +248,22 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if os.name == "posix" else None
+
+
+def _child_setup(cpus: list[int] | None, parent: int | None):
+    """What the server's child does before exec: its CPUs, and SIGTERM when `parent` dies (Linux)."""
+    def setup() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if parent is not None and _LIBC is not None and hasattr(_LIBC, "prctl"):
+            _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent:  # died before the prctl
+                os.kill(os.getpid(), signal.SIGTERM)
+    return setup if cpus or parent is not None else None
+
+
 class ServerProcess:
     """A server started from a `ServerCommand`; use as a context manager.
 
@@ -281,6 +315,10 @@ class ServerProcess:
             # to `cpus` once it is healthy, before any request. Four micro servers starting at once
             # on one CPU took 12-14 s, on two 7 s.
             startup = available_cpus() if self.command.cpus else None
+            # A harness killed outright (SIGKILL, a CI step's timeout) runs no cleanup; the server's own
+            # session would outlive it and keep its CPUs busy. The kernel's parent-death signal ends it.
+            # It fires when the starting *thread* ends, so only servers started by the main thread get it.
+            dies_with_us = threading.current_thread() is threading.main_thread()
             self._proc = subprocess.Popen(
                 self.command.argv,
                 env=env,
@@ -288,7 +326,7 @@ class ServerProcess:
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=(lambda: os.sched_setaffinity(0, startup)) if startup else None,
+                preexec_fn=_child_setup(startup, os.getpid() if dies_with_us else None),
             )
         except OSError as exc:
             self._close_log()

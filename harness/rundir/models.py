@@ -75,6 +75,21 @@ class LaunchEntry(_Record):
 
 
 RunMode = Literal["restart", "interleaved", "sequential"]
+SweepAxis = Literal["sglang_release", "git_revision"]
+
+
+class SweepPoint(_Record):
+    """run.json `sweep`: the run is one point of a sweep (`harness sweep`), over SGLang releases or over
+    git revisions of an SGLang checkout. History orders a sweep's runs by `position`, not by time."""
+
+    sweep: str  # the sweep's folder name (<timestamp>-<scenario>)
+    axis: SweepAxis
+    point: str  # the release ("0.5.12.post1") or the full commit hash
+    label: str  # what a chart's axis shows: the release, or the short commit
+    position: Int  # 0-based place in the sweep's order (release order, or the revisions' order)
+    # what ran: the release environment's facts (interpreter, pins and what was used instead, the
+    # CPU adaptations that were the harness's and not SGLang's): free-form
+    environment: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunRecord(_Record):
@@ -96,6 +111,7 @@ class RunRecord(_Record):
     measured_s: float | None = None  # the timed samples' request time
     server_launches: int | None = None
     adopted_from: str | None = None  # harness.run.combine: the run whose trials this one adopted
+    sweep: SweepPoint | None = None  # a point of a sweep (harness sweep): absent in other runs
 
 
 # ---- launches/<launch>/launch.json ----------------------------------------------------------------

@@ -108,18 +108,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.sglang_cpu.install", description=__doc__.splitlines()[0])
     parser.add_argument("--prefix", type=Path, default=DEFAULT_PREFIX, help="where to build (default: .sglang-cpu)")
     parser.add_argument("--force", action="store_true", help="build again even when installed.json is current")
+    parser.add_argument("--release", action="append", default=[], metavar="X",
+                        help="also prepare SGLang release X's environment (harness.sglang_cpu.releases; repeatable), "
+                             "then check that its EAGLE worker imports with the shims")
     args = parser.parse_args(argv)
     if not args.force and is_current(args.prefix):
         print(f"sglang-cpu: {args.prefix / STAMP} is current (sglang {SGLANG_VERSION}, models built); nothing to do")
-        return 0
-    started = time.monotonic()
-    try:
-        stamp = install(args.prefix)
-    except InstallError as exc:
-        print(f"sglang-cpu: {exc}", file=sys.stderr)
-        return 1
-    print(f"sglang-cpu: ready in {time.monotonic() - started:.0f} s: {venv_python(args.prefix)}, models "
-          f"{args.prefix / 'models'} (vocab {stamp['models']['vocab_size']}, draft agreement {stamp['models']['agreement']})")
+    else:
+        started = time.monotonic()
+        try:
+            stamp = install(args.prefix)
+        except InstallError as exc:
+            print(f"sglang-cpu: {exc}", file=sys.stderr)
+            return 1
+        print(f"sglang-cpu: ready in {time.monotonic() - started:.0f} s: {venv_python(args.prefix)}, models "
+              f"{args.prefix / 'models'} (vocab {stamp['models']['vocab_size']}, draft agreement {stamp['models']['agreement']})")
+    if args.release:
+        from harness.sglang_cpu.releases import main_release
+
+        return main_release(args.release, args.prefix)
     return 0
 
 

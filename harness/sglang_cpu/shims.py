@@ -16,21 +16,27 @@ detokenizer) before SGLang loads. Three shims, each for one thing that stops the
    PyPI; SGLang's CPU paths import it at module level).
 
 A machine where torch sees a GPU is refused: these stand-ins must never be measured there.
+
+Which SGLang release is on the path is read from its distribution metadata (`importlib.metadata`,
+without importing sglang), and the adaptations `releases.toml` names for it are applied
+(`port.py`: how the backend choice is kept in that release, and for releases before 0.5.16 the CPU
+plumbing SGLang lacks). A release the table does not name stops the process (exit 70) with one line
+saying how to add it. Without any sglang distribution (a unit test) the table's row for the
+release `make sglang-cpu` installs is used.
 Standard library only at import time, like every patch module.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
-import types
 
-from harness.patches.import_hooks import after_import
-from harness.sglang_cpu import STAND_INS_DIR, skip_torchvision_meta_registrations
+from harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR, port, skip_torchvision_meta_registrations
+from harness.sglang_cpu.release_table import ReleaseRow, TableError, UnknownRelease, load_table
 
 SHIM_NAME = "sglang_cpu_shims"
 PATCH_FAILURE_EXIT_CODE = 70  # the bootstrap's code for "a requested patch could not be applied"
-RUNTIME_CONTEXT_MODULE = "sglang.srt.runtime_context"
 APPLIED_MARKER = "harness sglang_cpu shims:"
 
 
@@ -48,12 +54,23 @@ def _refuse_a_gpu() -> None:
               "use a GPU scenario (docs/gpu.md)")
 
 
-def _set_has_amx(module: types.ModuleType) -> None:
-    platform = getattr(module, "_PLATFORM", None)
-    if platform is None or not hasattr(platform, "_install"):
-        _fail(f"{module.__name__} has no _PLATFORM._install (SGLang layout changed): cannot keep the intel_amx backend")
-        return
-    platform._install(has_amx=True)
+def installed_release() -> str | None:
+    """The version of the first sglang distribution on sys.path (the release's own source comes first
+    on PYTHONPATH), or None when there is none. SGLang itself is not imported."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def release_row(release: str | None) -> ReleaseRow:
+    """The table's row for `release` (None: the release `make sglang-cpu` installs); ends the process
+    with one line when the table is broken or does not name the release."""
+    try:
+        return load_table(known_kinds=port.KNOWN_KINDS).row(release or SGLANG_VERSION)
+    except (TableError, UnknownRelease) as exc:
+        _fail(str(exc))
+        raise  # not reached: _fail ends the process
 
 
 def _put_stand_ins_first() -> None:
@@ -69,9 +86,14 @@ def install() -> None:
     _refuse_a_gpu()
     skip_torchvision_meta_registrations()
     _put_stand_ins_first()
-    after_import(RUNTIME_CONTEXT_MODULE, _set_has_amx, _fail)
+    release = installed_release()
+    row = release_row(release)
+    port.apply(row.adaptations, _fail)
     sys.stderr.write(f"{APPLIED_MARKER} sgl_kernel stand-ins from {STAND_INS_DIR}; has_amx set for the attention "
                      f"backend choice; torchvision meta registrations skipped (pid {os.getpid()})\n")
+    found = f"SGLang {release}" if release else f"no sglang distribution on the path: the row of {SGLANG_VERSION}"
+    sys.stderr.write(f"{APPLIED_MARKER} {found}: adaptations {', '.join(a.name for a in row.adaptations) or 'none'} "
+                     f"(releases.toml) (pid {os.getpid()})\n")
     sys.stderr.flush()
 
 

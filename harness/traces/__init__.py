@@ -6,7 +6,7 @@ Public API (imported lazily, so that `harness --help` stays instant):
     TraceAnalysis (.to_json_dict(), .from_json_dict(), .count(), *_frame() accessors)
     count_in_graph_replays(trace_or_profile, pattern, region) -> ReplayCounts  (for unit tests;
                    raises CountUnavailable where the trace cannot support the count)
-    CountRow, PatternTotal, Validity, FileAnalysis, CombinedAnalysis, TopOp  (schema)
+    CountRow, PatternTotal, Validity, FileAnalysis, CombinedAnalysis, TopOp, OpTable  (schema)
     RegionTable, DEFAULT_SGLANG_REGIONS, DEFAULT_COUNT_PATTERNS, read_trace
 """
 
@@ -26,6 +26,7 @@ _EXPORTS = {
     "FileAnalysis": "harness.traces.schema",
     "CombinedAnalysis": "harness.traces.schema",
     "TopOp": "harness.traces.schema",
+    "OpTable": "harness.traces.schema",
     "SCHEMA_VERSION": "harness.traces.schema",
     "RegionTable": "harness.traces.regions",
     "DEFAULT_SGLANG_REGIONS": "harness.traces.regions",

@@ -23,6 +23,7 @@ from harness.traces.schema import (
     CombinedAnalysis,
     CountRow,
     FileAnalysis,
+    OpTable,
     PatternTotal,
     RankSource,
     RegionRule,
@@ -89,6 +90,17 @@ class TraceAnalysis(_Model):
     def top_ops_frame(self) -> pd.DataFrame:
         rows = [{"file": f.path, "rank": f.rank, **t.model_dump()} for f in self.files for t in f.top_ops]
         return pd.DataFrame(rows, columns=["file", "rank", "region", "unit", "name", "count", "time_us"])
+
+    def op_table_frame(self) -> pd.DataFrame:
+        """Every op name per region and unit, one row each (file = "combined" for all files): region,
+        unit, replays, known, name, total, per_replay_min/median/max, time_us."""
+        columns = ["file", "rank", "region", "unit", "replays", "known", "name", "total", "per_replay_min",
+                   "per_replay_median", "per_replay_max", "time_us"]
+        sources = [(f.path, f.rank, f.op_tables) for f in self.files] + [("combined", None, self.combined.op_tables)]
+        rows = [(path, rank, t.region, t.unit, t.replays, t.known, op.name, op.total, op.per_replay_min,
+                 op.per_replay_median, op.per_replay_max, op.time_us)
+                for path, rank, tables in sources for t in tables for op in t.rows()]
+        return pd.DataFrame(rows, columns=columns)
 
     def validity_frame(self) -> pd.DataFrame:
         rows = [{"file": f.path, "rank": f.rank, **f.validity.model_dump(exclude={"region_instances", "warnings"})}
@@ -205,6 +217,7 @@ def analyze_file(
         pattern_totals=counting.pattern_totals(trace, items, patterns),
         top_ops=counting.top_ops(items),
         region_times=counting.region_times(attribution, items, table),
+        op_tables=counting.op_tables(trace, attribution, items, table),
     )
     return file, FileTables(trace=trace, attribution=attribution, items=items)
 
@@ -233,6 +246,7 @@ def combine(files: Sequence[FileAnalysis], region_order: Sequence[str] = ()) -> 
         regions=counting.main_unit_counts(rows),
         counts=rows,
         pattern_totals=_combine_totals([t for f in files for t in f.pattern_totals]),
+        op_tables=combine_op_tables([t for f in files for t in f.op_tables], region_order),
     )
 
 
@@ -261,6 +275,37 @@ def _combine_counts(rows: Sequence[CountRow], region_order: Sequence[str]) -> li
     rank = {name: index for index, name in enumerate([*region_order, NO_REGION])}
     units = {unit: index for index, unit in enumerate(get_args(Unit))}
     return sorted(result, key=lambda r: (rank.get(r.region, len(rank)), units[r.unit]))
+
+
+def combine_op_tables(tables: Sequence[OpTable], region_order: Sequence[str] = ()) -> list[OpTable]:
+    """Op tables of one region and unit from several files (ranks, or profiled trials) as one: a
+    name missing from a file's table ran zero times in each of that file's instances."""
+    groups: dict[tuple[str, Unit], list[OpTable]] = {}
+    for table in tables:
+        groups.setdefault((table.region, table.unit), []).append(table)
+    result = []
+    for (region, unit), group in groups.items():
+        replays = sum(t.replays for t in group)
+        unknown = next((t for t in group if not t.known), None)
+        if unknown is not None:
+            result.append(unknown.model_copy(update={"replays": replays}))
+            continue
+        histograms: dict[str, Counter[int]] = {}
+        times: dict[str, float] = {}
+        for t in group:
+            for row in t.rows():
+                histograms.setdefault(row.name, Counter())
+                times[row.name] = times.get(row.name, 0.0) + row.time_us
+        for t in group:
+            present = set(t.names)
+            for row in t.rows():
+                histograms[row.name].update(row.per_replay_histogram)
+            for name in histograms.keys() - present:
+                histograms[name][0] += t.replays
+        result.append(counting.op_table_from_histograms(region, unit, replays, histograms, times))
+    rank = {name: index for index, name in enumerate([*region_order, NO_REGION])}
+    units = {unit: index for index, unit in enumerate(get_args(Unit))}
+    return sorted(result, key=lambda t: (rank.get(t.region, len(rank)), units[t.unit]))
 
 
 def _combine_totals(totals: Sequence[PatternTotal]) -> list[PatternTotal]:

@@ -9,7 +9,7 @@ outside every region, the whole trace.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +24,7 @@ from harness.traces.regions import COMPANION_REGION, NO_REGION, RegionTable
 from harness.traces.schema import (
     Basis,
     CountRow,
+    OpTable,
     PatternTotal,
     RegionCounts,
     RegionTime,
@@ -39,6 +40,8 @@ GRAPH_MODE_NOTE = (
     "per-graph counts are unknown; record with --cuda-graph-trace=node"
 )
 EMPTY_LAUNCHES_NOTE = "the region's graph launches have no recorded GPU ops: counts unknown"
+_OP_COLUMNS = ("names", "total", "per_replay_min", "per_replay_median", "per_replay_max", "per_replay_histogram",
+               "time_us")
 
 
 @dataclass
@@ -232,6 +235,88 @@ def top_ops(items: Items) -> list[TopOp]:
     top = summary.groupby(["region", "unit"], sort=False).head(TOP_OPS)
     return [TopOp(region=r.region, unit=r.unit, name=r.name, count=int(r.count), time_us=round(float(r.time_us), 3))
             for r in top.itertuples(index=False)]
+
+
+def op_tables(trace: TraceTables, attribution: Attribution, items: Items, table: RegionTable) -> list[OpTable]:
+    """Per region and unit, every op name with its count in each instance: the same instances as
+    `count_rows` (a region's graph replays that recorded GPU ops, its spans, the trace for work
+    outside every region), so that a name's row agrees with the CountRow of a pattern matching
+    only it."""
+    launches, frame = attribution.launches, items.frame
+    known = per_graph_counts_known(trace)
+    is_graph = frame["is_graph"].to_numpy()
+    launch_of_item, span_of_item = frame["launch"].to_numpy(), frame["span"].to_numpy()
+    recorded = launches["gpu_ops"].to_numpy() > 0
+    names = frame["name"].astype("category")
+    codes, categories = names.cat.codes.to_numpy(), names.cat.categories
+    dur = frame["dur"].to_numpy()
+    out: list[OpTable] = []
+    for region in [*table.region_names, NO_REGION]:
+        region_launches = graph_launches_of(attribution, region)
+        if items.subject == "gpu_ops" and region_launches.any():
+            replayed = region_launches & recorded
+            note = None if known else GRAPH_MODE_NOTE.format(mode=trace.graph_trace_mode)
+            in_unit = is_graph & (launch_of_item >= 0)
+            out.append(_op_table(region, "graph_launch", replayed, np.where(in_unit, launch_of_item, -1), codes,
+                                 categories, dur, note=note))
+        region_spans = spans_of(attribution, region)
+        if region != NO_REGION and region_spans.any():
+            out.append(_op_table(region, "span", region_spans, np.where(~is_graph, span_of_item, -1), codes,
+                                 categories, dur))
+        outside = ~is_graph & (span_of_item < 0)
+        if region == NO_REGION and outside.any():
+            out.append(_op_table(region, "trace", np.ones(1, dtype=bool), np.where(outside, 0, -1), codes,
+                                 categories, dur))
+    return out
+
+
+def _op_table(region: str, unit: Unit, chosen: np.ndarray, instance_of_item: np.ndarray, codes: np.ndarray,
+              categories: pd.Index, dur: np.ndarray, *, note: str | None = None) -> OpTable:
+    """`chosen`: which instances (launches, spans, or the one trace) are counted; `instance_of_item`:
+    each item's instance (-1 none)."""
+    replays = int(chosen.sum())
+    if note is None and replays == 0:
+        note = EMPTY_LAUNCHES_NOTE
+    empty: dict[str, list] = {c: [] for c in _OP_COLUMNS}
+    if note is not None:  # never a zero that is not evidence
+        return OpTable(region=region, unit=unit, replays=replays, known=False, note=note, **empty)
+    position = np.full(len(chosen), -1, dtype=np.int64)
+    position[chosen] = np.arange(replays)
+    instance = np.where(instance_of_item >= 0, position[np.maximum(instance_of_item, 0)], -1)
+    hit = (instance >= 0) & (codes >= 0)
+    used, column = np.unique(codes[hit], return_inverse=True)
+    if not len(used):
+        return OpTable(region=region, unit=unit, replays=replays, **empty)
+    # counts[i, j]: occurrences of name j in instance i
+    counts = np.bincount(instance[hit] * len(used) + column, minlength=replays * len(used)).reshape(replays, len(used))
+    times = np.bincount(column, weights=dur[hit], minlength=len(used))
+    histograms: dict[str, Counter[int]] = {}
+    summed: dict[str, float] = {}
+    for j, code in enumerate(used):
+        values, instances = np.unique(counts[:, j], return_counts=True)
+        name = str(categories[code])
+        histograms[name] = Counter(dict(zip(values.tolist(), instances.tolist())))
+        summed[name] = float(times[j])
+    return op_table_from_histograms(region, unit, replays, histograms, summed)
+
+
+def op_table_from_histograms(region: str, unit: Unit, replays: int, histograms: Mapping[str, Counter[int]],
+                             times: Mapping[str, float]) -> OpTable:
+    """An op table from each name's histogram (count in one instance -> instances) and summed time;
+    names by time, most first."""
+    columns: dict[str, list] = {c: [] for c in _OP_COLUMNS}
+    for name in sorted(histograms, key=lambda n: (-times[n], n)):
+        histogram = histograms[name]
+        keys = sorted(k for k in histogram if histogram[k])
+        values = np.repeat(np.array(keys, dtype=np.int64), [histogram[k] for k in keys])
+        columns["names"].append(name)
+        columns["total"].append(int(values.sum()))
+        columns["per_replay_min"].append(int(values.min()))
+        columns["per_replay_median"].append(float(np.median(values)))
+        columns["per_replay_max"].append(int(values.max()))
+        columns["per_replay_histogram"].append({int(k): int(histogram[k]) for k in keys})
+        columns["time_us"].append(round(float(times[name]), 3))
+    return OpTable(region=region, unit=unit, replays=replays, **columns)
 
 
 def region_times(attribution: Attribution, items: Items, table: RegionTable) -> dict[str, RegionTime]:

@@ -7,9 +7,9 @@ a `note`, never 0; validity facts and warnings say how far the counts can be tru
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 SCHEMA_VERSION = 1
 Unit = Literal["graph_launch", "span", "trace"]
@@ -104,6 +104,56 @@ class TopOp(_Model):
     time_us: float
 
 
+class OpCount(NamedTuple):
+    """One op name of an `OpTable` (a row of its columns)."""
+
+    name: str
+    total: int
+    per_replay_min: int
+    per_replay_median: float
+    per_replay_max: int
+    per_replay_histogram: dict[int, int]
+    time_us: float
+
+
+class OpTable(_Model):
+    """Every op name (GPU op on a GPU trace, CPU op on a CPU trace) of one region in one counting
+    unit, with its count in each instance (graph replay, span, or the trace for `(none)`) and its
+    summed time: what changed between two runs, name by name. Stored by column (one list per field,
+    in the order of `names`: most time first) so that a region of hundreds of kernel names stays
+    small. Each instance counts each name once per occurrence, so on a CPU trace nested ops
+    (`aten::softmax` calls `aten::_softmax`) each count. `known: false` (with a `note`): the trace
+    cannot say (nsys graph mode, replays with no recorded op), and the columns are empty."""
+
+    region: str
+    unit: Unit
+    replays: int  # instances, as in the CountRow of the same region and unit
+    known: bool = True
+    note: str | None = None
+    names: list[str]
+    total: list[int]
+    per_replay_min: list[int]
+    per_replay_median: list[float]
+    per_replay_max: list[int]
+    per_replay_histogram: list[dict[int, int]]  # per name: matches in one instance -> instances
+    time_us: list[float]
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> OpTable:
+        columns = (self.total, self.per_replay_min, self.per_replay_median, self.per_replay_max,
+                   self.per_replay_histogram, self.time_us)
+        if any(len(c) != len(self.names) for c in columns):
+            raise ValueError(f"op table {self.region}/{self.unit}: columns of different lengths")
+        return self
+
+    def rows(self) -> list[OpCount]:
+        return [OpCount(*row) for row in zip(self.names, self.total, self.per_replay_min, self.per_replay_median,
+                                             self.per_replay_max, self.per_replay_histogram, self.time_us)]
+
+    def op(self, name: str) -> OpCount | None:
+        return next((row for row in self.rows() if row.name == name), None)
+
+
 class Validity(_Model):
     """Facts a fail-closed check needs before it may believe a zero."""
 
@@ -140,6 +190,7 @@ class FileAnalysis(_Model):
     pattern_totals: list[PatternTotal]
     top_ops: list[TopOp]  # per region and unit, the 10 names with the most time
     region_times: dict[str, RegionTime] = {}  # region -> its time (empty in documents written before it)
+    op_tables: list[OpTable] = []  # per region and unit, every op name (empty in documents written before it)
 
 
 class CombinedAnalysis(_Model):
@@ -153,3 +204,4 @@ class CombinedAnalysis(_Model):
     regions: dict[str, RegionCounts]
     counts: list[CountRow]
     pattern_totals: list[PatternTotal]
+    op_tables: list[OpTable] = []  # per-replay statistics over every replay of every file

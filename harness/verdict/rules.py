@@ -270,11 +270,11 @@ def _first_difference(a: list[int], b: list[int]) -> int:
 
 def output_source(run: RunDir, baseline: str, candidate: str) -> str:
     """Which trials' outputs the identity rule compares: the timed ones, or the profiled passes when
-    the run planned no timed trial of either arm (a subset of the plan, e.g. a bisection step).
-    Profiled passes send the same prompts in both arms (same request indices), and greedy outputs do
-    not depend on the profiler."""
+    the run did not plan timed trials of both arms (a subset of the plan: a bisection step, or a
+    sweep's point, whose timed blocks are the candidate's alone). Profiled passes send the same
+    prompts in both arms (same request indices), and greedy outputs do not depend on the profiler."""
     planned = {(entry.variant, entry.kind) for entry in run.run.plan}
-    if (baseline, "timed") in planned or (candidate, "timed") in planned:
+    if (baseline, "timed") in planned and (candidate, "timed") in planned:
         return "timed"
     return "profiled"
 
@@ -283,7 +283,7 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
     source = output_source(run, check.baseline, check.candidate)
     base_trials = run.trials_of(check.baseline, source)
     cand_trials = run.trials_of(check.candidate, source)
-    how = "" if source == "timed" else " (the run planned no timed trials)"
+    how = "" if source == "timed" else " (the run planned no timed trials of both arms)"
     preconditions = [
         Precondition("greedy decoding", run.scenario.workload.temperature == 0,
                      f"temperature {run.scenario.workload.temperature}: sampled outputs are not comparable"),

@@ -23,6 +23,7 @@ from .ops import (
     copy_all_layer_kv_cache_cpu,
     fill_accept_out_cache_loc_cpu,
     fill_bonus_tokens_cpu,
+    gather_rows_cpu,
     verify_tree_greedy_cpu,
 )
 
@@ -31,7 +32,7 @@ __version__ = "0.0.0+harness.stand-in"
 __all__ = [
     "assign_draft_cache_locs_contiguous_cpu", "assign_extend_cache_locs_cpu", "assign_req_to_token_pool_cpu",
     "build_draft_decode_metadata_cpu", "build_tree_kernel_efficient_cpu", "copy_all_layer_kv_cache_cpu",
-    "fill_accept_out_cache_loc_cpu", "fill_bonus_tokens_cpu", "verify_tree_greedy_cpu",
+    "fill_accept_out_cache_loc_cpu", "fill_bonus_tokens_cpu", "gather_rows_cpu", "verify_tree_greedy_cpu",
 ]
 
 register_attention_ops()  # torch.ops.sgl_kernel.{decode,extend}_attention_cpu

@@ -33,11 +33,37 @@ def _attend(q, k, v, sm_scale, logit_cap, mask=None):
     return out[0].transpose(0, 1)
 
 
+# What a call from an older SGLang release that does not pass a parameter means (harness.sglang_cpu.port
+# adapts those calls): unscaled KV, self-attention, no window, no sinks, no tree mask, causal.
+OMITTED_DEFAULTS = {"key_scale": 1.0, "value_scale": 1.0, "is_cross_attention": False, "sliding_window_size": 0,
+                    "encoder_lens": None, "sinks": None, "tree_mask": None, "is_causal": True}
+
+
+def _check_lengths(op, seq_lens, pool_len, extend_seq_lens=None, extend_start_loc=None, rows=None):
+    # The real kernels index req_to_token with these without checks; a wrong length here is a caller's
+    # bug, said in plain words rather than as a shape error deep in SDPA.
+    lens = seq_lens.tolist()
+    for i, length in enumerate(lens):
+        if length < 0 or length > pool_len:
+            raise ValueError(f"sgl_kernel stand-in: {op}: seq_lens[{i}] = {length} is outside 0..{pool_len} "
+                             "(the req_to_token row width)")
+    if extend_seq_lens is None:
+        return
+    for i, (length, extend, start) in enumerate(zip(lens, extend_seq_lens.tolist(), extend_start_loc.tolist())):
+        if extend > length:
+            raise ValueError(f"sgl_kernel stand-in: {op}: seq_lens[{i}] = {length} is shorter than extend_seq_lens[{i}] "
+                             f"= {extend}: seq_lens must include the extend tokens (prefix = seq_lens - extend_seq_lens)")
+        if start + extend > rows:
+            raise ValueError(f"sgl_kernel stand-in: {op}: request {i}'s extend rows {start}..{start + extend} run past "
+                             f"the {rows} query rows")
+
+
 def decode_attention_cpu(q, k_buffer, v_buffer, key_scale, value_scale, o, k, v, cache_loc,
                          attn_logits, req_to_token, req_pool_indices, seq_lens, sm_scale,
                          logit_cap, is_cross_attention, sliding_window_size, encoder_lens, sinks):
     if sinks is not None or is_cross_attention:
         raise NotImplementedError("sgl_kernel stand-in: attention sinks and cross-attention are not implemented")
+    _check_lengths("decode_attention_cpu", seq_lens, req_to_token.shape[1])
     if k is not None and v is not None:  # kernel writes the new token's KV itself
         k_buffer[cache_loc] = k.view(-1, *k_buffer.shape[1:]).to(k_buffer.dtype)
         v_buffer[cache_loc] = v.view(-1, *v_buffer.shape[1:]).to(v_buffer.dtype)
@@ -58,6 +84,7 @@ def extend_attention_cpu(q, k, v, o, k_buffer, v_buffer, key_scale, value_scale,
         raise NotImplementedError("sgl_kernel stand-in: attention sinks and cross-attention are not implemented")
     if tree_mask is not None:
         raise NotImplementedError("sgl_kernel stand-in: tree masks (topk > 1) are not implemented")
+    _check_lengths("extend_attention_cpu", seq_lens, req_to_token.shape[1], extend_seq_lens, extend_start_loc, q.shape[0])
     for r, L, E, S in zip(req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(),
                           extend_start_loc.tolist()):
         P = L - E

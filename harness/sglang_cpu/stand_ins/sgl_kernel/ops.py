@@ -66,6 +66,17 @@ def assign_extend_cache_locs_cpu(req_pool_indices, req_to_token, start_offset, e
         off += n
 
 
+def gather_rows_cpu(idx, s0, d0, n0, s1, d1, n1, s2, d2, n2, s3, d3, n3, has3):
+    # mirrors gather_spec_extras._gather_rows_kernel: for each buffer k, output row r (n_k elements)
+    # <- source row idx[r]; the fourth buffer only when has3 (else s3/d3 are placeholders)
+    rows = idx.long()
+    buffers = [(s0, d0, n0), (s1, d1, n1), (s2, d2, n2)] + ([(s3, d3, n3)] if has3 else [])
+    for src, dst, width in buffers:
+        width = int(width)
+        gathered = src.reshape(-1).view(-1, width)[rows]
+        dst.view(-1)[: gathered.numel()] = gathered.reshape(-1)
+
+
 def build_tree_kernel_efficient_cpu(parent_list, selected_index, verified_seq_len, tree_mask,
                                     positions, retrieve_index, retrieve_next_token,
                                     retrieve_next_sibling, topk, depth, draft_token_num,
