@@ -25,6 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
+from harness.scenario import load_scenario, scenario_to_yaml
+
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"
 PREFIX = REPO / ".sglang-cpu"
@@ -36,6 +40,28 @@ def du_bytes(path: Path) -> int:
         return 0
     out = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=False).stdout.split()
     return int(out[0]) if out else 0
+
+
+def builds(prefix: Path) -> dict[str, dict]:
+    """Each cached part's build as its stamp recorded it (seconds, bytes, when): a sweep over cached
+    environments spends 0 s on them, so the build figures are the stamps' (see docs/history.md)."""
+    out = {}
+    for stamp in sorted((prefix / "releases").glob("*/*/.harness-release.json")):
+        facts = json.loads(stamp.read_text())
+        out[f"{stamp.parent.parent.name}/{stamp.parent.name}"] = {
+            "seconds": facts.get("seconds"), "bytes": facts.get("bytes"), "built": facts.get("built")}
+    return out
+
+
+def memory_copy_gb_s(megabytes: int = 200, copies: int = 5) -> float:
+    """This VM's speed at what the tiny models' steps mostly do (fresh multi-MB buffers): copies of a
+    buffer into new memory, page faults included. Two VMs of the same kind measured 8x apart here
+    (benchmarks/README.md), so figures from different days are compared through this."""
+    buffer = bytearray(megabytes << 20)
+    started = time.perf_counter()
+    for _ in range(copies):
+        bytes(buffer)
+    return round(megabytes * copies / 1024 / (time.perf_counter() - started), 2)
 
 
 def harness(*args: str, log: Path) -> tuple[int, float]:
@@ -57,13 +83,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=REPO / "reports" / "release-sweep",
                         help="where the sweep, the bisection and their database go (default: reports/release-sweep)")
     parser.add_argument("--no-bisect", action="store_true", help="only the sweep")
+    parser.add_argument("--screenshot", type=Path, help="also save a screenshot of the sweep's trend page (Chromium)")
+    parser.add_argument("--repetitions", type=int, default=None,
+                        help="timed blocks per arm and release instead of the scenario's (recorded in the output)")
     args = parser.parse_args(argv)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
+    scenario = SCENARIO
+    if args.repetitions is not None:
+        # the shipped scenario with its paths made absolute, only the number of timed blocks changed
+        data = yaml.safe_load(scenario_to_yaml(load_scenario(SCENARIO)))
+        data["trials"]["repetitions"] = args.repetitions
+        scenario = work / SCENARIO.name
+        scenario.write_text(yaml.safe_dump(data, sort_keys=False))
     db = work / "history.sqlite"
     disk_before = du_bytes(PREFIX / "releases")
+    copy_speed = memory_copy_gb_s()
     print(f"sweep {args.releases} -> {work} (log: {work / 'sweep.log'})", flush=True)
-    code, sweep_wall = harness("sweep", str(SCENARIO), "--sglang-releases", args.releases, "--db", str(db),
+    code, sweep_wall = harness("sweep", str(scenario), "--sglang-releases", args.releases, "--db", str(db),
                                "--out", str(work / "sweeps"), log=work / "sweep.log")
     sweep = json.loads((newest(work / "sweeps") / "sweep.json").read_text())
     print(f"sweep exit {code} in {sweep_wall:.0f} s", flush=True)
@@ -71,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         "what": "harness sweep and harness bisect over SGLang releases on this CPU "
                 f"({SCENARIO.relative_to(REPO)}); produced by benchmarks/release_sweep.py",
         "command": f"harness sweep {SCENARIO.relative_to(REPO)} --sglang-releases {args.releases}",
+        "repetitions": load_scenario(scenario).trials.repetitions,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "python": platform.python_version()},
+                    "python": platform.python_version(),
+                    "memory_copy_gb_s": copy_speed},
         "date": time.strftime("%Y-%m-%d"),
         "sweep": {"exit_code": code, "wall_s": sweep_wall, "status": sweep["status"], "message": sweep["message"],
                   "rules": sweep["rules"], "environments": sweep["environments"]},
@@ -87,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         "change_points": (sweep.get("history") or {}).get("change_points", []),
         "disk_bytes": {"releases": du_bytes(PREFIX / "releases"), "releases_before_sweep": disk_before,
                        "base_environment": du_bytes(PREFIX / "venv")},
+        "builds": builds(PREFIX),
     }
     if not args.no_bisect:
         print(f"bisect {args.releases} (log: {work / 'bisect.log'})", flush=True)
-        code, wall = harness("bisect", str(SCENARIO), "--sglang-releases", args.releases, "--out", str(work / "bisect"),
+        code, wall = harness("bisect", str(scenario), "--sglang-releases", args.releases, "--out", str(work / "bisect"),
                              log=work / "bisect.log")
         bisect = json.loads((newest(work / "bisect") / "bisect.json").read_text())
         record["bisect"] = {"exit_code": code, "wall_s": wall, "status": bisect["status"], "message": bisect["message"],
@@ -100,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
                                       for s in bisect["steps"]]}
         print(f"bisect exit {code} in {wall:.0f} s: {bisect['message']}", flush=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
+    if args.screenshot:
+        from history_demo import screenshot  # this folder's trend-page screenshot (benchmarks/ is sys.path[0])
+
+        screenshot(newest(work / "sweeps") / "index.html", args.screenshot)
     print(f"wrote {args.out}; the runs, pages and database: {work}")
     return 0
 

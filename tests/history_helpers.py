@@ -29,14 +29,15 @@ from rundir_factory import Arm, file_facts, write_run_dir
 START = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
 
-def series_run(root: Path, i: int, *, base_tpot: float, cand_tpot: float, cand_softmax: int = 0, aa: bool = False,
+def series_run(root: Path, i: int, *, base_tpot: float, cand_tpot: float, cand_softmax: int = 0, base_softmax: int = 2,
+               aa: bool = False,
                noise: float = 0.02, seed: int = 0, name: str = "planted", hardware: str = "AMD EPYC",
                sglang_commit: str | None = None, op_tables: bool = True) -> Path:
     """Run number `i` of a nightly series: 6 TPOT samples per arm around the given medians (and op
     tables in its analysis unless `op_tables` is false: a run analysed before they existed)."""
     rng = np.random.default_rng(seed * 1000 + i)
     base = Arm(tpot_ms=list(base_tpot * (1 + noise * rng.standard_normal(6))),
-               profile=[file_facts(softmax_per_replay=2)])
+               profile=[file_facts(softmax_per_replay=base_softmax)])
     cand = Arm(tpot_ms=list(cand_tpot * (1 + noise * rng.standard_normal(6))),
                profile=[file_facts(softmax_per_replay=cand_softmax)])
     work = root / "work" / f"{name}-{i}"

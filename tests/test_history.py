@@ -287,6 +287,25 @@ def test_the_planted_change_is_found_at_its_run_and_gates(planted_series, tmp_pa
 
 
 @pytest.mark.slow
+def test_a_count_with_a_lower_bound_regresses_when_it_falls(tmp_path):
+    # The baseline's softmax is the control (its rule: at_least 1): the analysis going blind to it is
+    # the regression, not an improvement. The candidate's (equals 0) keeps rising as the bad way.
+    for i in range(1, 9):
+        series_run(tmp_path, i, base_tpot=20.0, cand_tpot=20.0, base_softmax=0 if i == 8 else 2)
+    database = tmp_path / "history.sqlite"
+    assert harness("history", "ingest", str(tmp_path / "runs"), "--db", str(database)).returncode == 0
+    code, facts = _report(database, tmp_path)
+    worse = {(s["metric"], s["variant"]): s["worse"] for s in facts["series"]}
+    assert worse[("kernels:DRAFT_DECODE:softmax", "baseline")] == "down"
+    assert worse[("kernels:DRAFT_DECODE:softmax", "candidate")] == "up"
+    assert worse[("kernels:DRAFT_EXTEND:softmax", "baseline")] == "up"  # no rule on it: the metric's default
+    (fell,) = [c for c in facts["change_points"] if (c["metric"], c["variant"]) == ("kernels:DRAFT_DECODE:softmax", "baseline")]
+    assert (fell["before"], fell["after"], fell["regression"]) == (2, 0, True)
+    assert code == 1 and ("kernels:DRAFT_DECODE:softmax", "baseline") in {
+        (c["metric"], c["variant"]) for c in facts["gate"]["failing"]}
+
+
+@pytest.mark.slow
 def test_an_improvement_does_not_fail_the_gate_and_softmax_coming_back_does(tmp_path):
     for i in range(1, 13):
         series_run(tmp_path, i, base_tpot=20.0, cand_tpot=20.0 if i < 7 else 15.0, cand_softmax=2 if i == 12 else 0)

@@ -30,13 +30,14 @@ REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"
 INSTALL = REPO / ".sglang-cpu"
 REQUIRED_ENV = "HARNESS_REQUIRE_SGLANG_CPU"
-# The whole scenario runs in the fixture of the first test that asks for it (5-7 min here,
-# benchmarks/README.md): past pytest's 300 s default.
-FULL_RUN_TIMEOUT_S = 1800
+# The whole scenario runs in the fixture of the first test that asks for it: 5-7 min on the VM of
+# benchmarks/README.md's main table, 21 min on a VM with 12x slower decode steps. Past pytest's 300 s
+# default either way; the limit is for hangs, not for speed.
+FULL_RUN_TIMEOUT_S = 3000
 STEPS = 5  # --speculative-num-steps of the scenario: draft_forward selects STEPS - 1 times
 
 
-def harness_cli(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+def harness_cli(*args: str, timeout: float = FULL_RUN_TIMEOUT_S - 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -167,6 +168,7 @@ def test_accept_length_comes_from_meta_info_and_outputs_match(scenario_run):
 
 
 @pytest.mark.real_sglang
+@pytest.mark.timeout(FULL_RUN_TIMEOUT_S)
 def test_the_baseline_patch_in_both_arms_fails_on_the_kernel_rule(installed, tmp_path):
     def plant(data: dict) -> None:
         data["variants"]["candidate"]["patches"] = data["variants"]["baseline"]["patches"]
@@ -216,6 +218,7 @@ class _KillSchedulerAt(RunProgress):
 
 
 @pytest.mark.real_sglang
+@pytest.mark.timeout(FULL_RUN_TIMEOUT_S)
 def test_a_server_that_dies_mid_run_is_inconclusive_and_its_log_is_kept(installed, tmp_path):
     path = derived_scenario(tmp_path, "scheduler_killed", lambda data: smaller(data, repetitions=3))
     progress = _KillSchedulerAt("candidate", 2)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -49,25 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _make_progress(stream: TextIO):
     from harness.bisect import BisectProgress
-    from harness.commands.run import trial_line
-    from harness.run.execute import RunProgress
+    from harness.commands.trial_lines import TrialLines
 
     def say(text: str) -> None:
         print(text, file=stream, flush=True)
 
-    class Trials(RunProgress):
-        def run_started(self, run_dir: Path, plan: list) -> None:
-            self.total, self.done = len(plan), 0
-
-        def trial_started(self, trial: Any, total_requests: int) -> None:
-            self.started_at = time.monotonic()
-
-        def trial_finished(self, trial: Any, outcome: Any) -> None:
-            self.done += 1
-            say("    " + trial_line(self.done, self.total, outcome, time.monotonic() - self.started_at))
-
     class Printer(BisectProgress):
-        run = Trials()
+        run = TrialLines(say)
 
         def started(self, result: Any) -> None:
             if result.request.axis == "releases":

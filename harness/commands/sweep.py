@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -41,30 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _make_progress(stream: TextIO) -> Any:
-    from harness.commands.run import trial_line
+    from harness.commands.trial_lines import TrialLines
     from harness.history.sweep import SweepProgress
-    from harness.run.execute import RunProgress
 
     def say(text: str) -> None:
         print(text, file=stream, flush=True)
 
-    class Trials(RunProgress):
-        def run_started(self, run_dir: Path, plan: list) -> None:
-            self.total, self.done = len(plan), 0
-
-        def launch_ready(self, launch: Any, record: Any) -> None:
-            if record.startup_s is not None:
-                say(f"    server {launch.dir_name} ready in {record.startup_s:.0f} s")
-
-        def trial_started(self, trial: Any, total_requests: int) -> None:
-            self.started_at = time.monotonic()
-
-        def trial_finished(self, trial: Any, outcome: Any) -> None:
-            self.done += 1
-            say("    " + trial_line(self.done, self.total, outcome, time.monotonic() - self.started_at))
-
     class Printer(SweepProgress):
-        run = Trials()
+        run = TrialLines(say)
 
         def started(self, result: Any) -> None:
             labels = [p.label for p in result.points]

@@ -109,6 +109,11 @@ class Series:
     sweep: str | None = None
     axis: str | None = None
     explanations: list[str] = field(default_factory=list)  # per change point: its explanation's id
+    bound: str | None = None  # a count's direction from the scenario's rule on it ("up" / "down"); None: the metric's
+
+    @property
+    def worse(self) -> str | None:
+        return self.bound or metric_info(self.metric).worse
 
     @property
     def counts(self) -> bool:
@@ -210,8 +215,36 @@ def _values(engine: Engine, runs: dict[int, dict[str, Any]]) -> dict[tuple[str, 
     return out
 
 
+def _rule_bounds(engine: Engine) -> dict[int, list[dict[str, Any]]]:
+    """Each run's kernel_count rules' parameters (region, pattern, variants, equals / at_most / at_least)."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    r = db.rules.c
+    with engine.connect() as conn:
+        for run_id, params in conn.execute(sa.select(r.run_id, r.params).where(r.kind == "kernel_count")):
+            if isinstance(params, dict):
+                out[run_id].append(params)
+    return out
+
+
+def _count_bound(bounds: dict[int, list[dict[str, Any]]], run_ids: list[int], variant: str, metric: str) -> str | None:
+    """Which way a count is worse, from the newest run's kernel_count rule on it: a lower bound
+    (`at_least`) makes a fall the regression, any other bound a rise; no rule: the metric's default."""
+    family, _, rest = metric.partition(":")
+    if family != "kernels":
+        return None
+    region, _, pattern = rest.partition(":")
+    for run_id in reversed(run_ids):
+        for params in bounds.get(run_id, []):
+            variants = params.get("variants")
+            if params.get("region") == region and params.get("pattern") == pattern and (
+                    not variants or variant in variants):
+                return "down" if params.get("at_least") is not None else "up"
+    return None
+
+
 def load_series(engine: Engine, options: Options, scenarios: Sequence[str] | None = None) -> list[Series]:
     runs = {r["id"]: r for r in load_runs(engine, scenarios) if r["status"] == "complete"}
+    bounds = _rule_bounds(engine)
     grouped: dict[tuple, list[tuple[dict[str, Any], float, str | None]]] = defaultdict(list)
     for (variant, metric), by_run in _values(engine, runs).items():
         for run_id, (value, key) in by_run.items():
@@ -237,7 +270,9 @@ def load_series(engine: Engine, options: Options, scenarios: Sequence[str] | Non
         else:
             found = change_points([p.value for p in points], options)
         axis = members[0][0]["sweep_axis"] if sweep else None
-        out.append(Series(series_id(*group), *group[:6], points=points, change_points=found, sweep=sweep, axis=axis))
+        bound = _count_bound(bounds, [r["id"] for r, _, _ in members], group[3], metric)
+        out.append(Series(series_id(*group), *group[:6], points=points, change_points=found, sweep=sweep, axis=axis,
+                          bound=bound))
     out.sort(key=lambda s: (s.scenario, s.aa, s.mode or "", s.hardware, s.sweep or "", _metric_order(s.metric),
                             s.variant))
     return out
@@ -250,7 +285,7 @@ def _metric_order(metric: str) -> tuple[int, str]:
 
 
 def is_regression(series: Series, cp: ChangePoint) -> bool:
-    worse = metric_info(series.metric).worse
+    worse = series.worse
     return cp.after > cp.before if worse == "up" else cp.after < cp.before if worse == "down" else False
 
 
@@ -349,7 +384,7 @@ def history_facts(engine: Engine, options: Options | None = None, *, max_regress
         "series": [
             {"series": s.id, "scenario": s.scenario, "aa": s.aa, "mode": s.mode, "variant": s.variant,
              "metric": s.metric, "label": metric_info(s.metric).label, "unit": metric_info(s.metric).unit,
-             "worse": metric_info(s.metric).worse, "kind": s.kind, "gates": gates(s), "hardware": s.hardware,
+             "worse": s.worse, "kind": s.kind, "gates": gates(s), "hardware": s.hardware,
              "sweep": s.sweep, "axis": s.axis,
              "runs": [p.run for p in s.points], "values": [p.value for p in s.points],
              "labels": [p.label for p in s.points] if s.sweep else None,

@@ -187,6 +187,17 @@ def read_run(run_dir: str | Path) -> RunRecord:
     return record
 
 
+def sglang_commit(sglang: dict[str, Any], harness: dict[str, Any]) -> str | None:
+    """SGLang's commit as recorded, except where an older probe took the harness's own HEAD for it: a
+    release unpacked inside the harness's checkout (.sglang-cpu/releases/) is not a git tree of its own."""
+    commit = sglang.get("git_commit") or sglang.get("commit")
+    path, source = sglang.get("path"), harness.get("source")
+    if (commit and commit == harness.get("git_commit") and isinstance(path, str) and isinstance(source, str)
+            and Path(path).is_relative_to(source)):
+        return None
+    return commit
+
+
 def _environment(record: RunRecord, env: dict[str, Any] | None) -> None:
     record.environment_json = env
     record.hardware = hardware_of(env)
@@ -202,7 +213,7 @@ def _environment(record: RunRecord, env: dict[str, Any] | None) -> None:
         sglang = as_object(per_variant.get(name)).get("sglang")
         if isinstance(sglang, dict) and (sglang.get("version") or sglang.get("git_commit")):
             record.sglang_version = sglang.get("version")
-            record.sglang_commit = sglang.get("git_commit") or sglang.get("commit")
+            record.sglang_commit = sglang_commit(sglang, harness)
             break
 
 
@@ -300,7 +311,7 @@ def _results(record: RunRecord, results: Any, trials: dict[str, dict[str, Any]])
             "python": probe.get("python") if isinstance(probe.get("python"), str) else None,
             "torch_version": torch.get("version") if torch else (probe.get("torch") if isinstance(probe.get("torch"), str) else None),
             "sglang_version": sglang.get("version"),
-            "sglang_commit": sglang.get("git_commit") or sglang.get("commit"),
+            "sglang_commit": sglang_commit(sglang, as_object((record.environment_json or {}).get("harness"))),
         })
     rules = results.get("rules") or []
     if not isinstance(rules, list):

@@ -60,9 +60,14 @@ else:
             info["version"] = md.version("sglang")
         except md.PackageNotFoundError:
             pass
+    # A commit only when git tracks sglang itself: a release unpacked inside another repository (this
+    # harness's .sglang-cpu/releases/) would otherwise take that repository's HEAD for SGLang's.
     try:
-        r = subprocess.run(["git", "-C", pkg, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        info["commit"] = r.stdout.strip() or None
+        tracked = subprocess.run(["git", "-C", pkg, "ls-files", "--error-unmatch", "__init__.py"],
+                                 capture_output=True, text=True, timeout=10).returncode == 0
+        if tracked:
+            r = subprocess.run(["git", "-C", pkg, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+            info["commit"] = r.stdout.strip() or None
     except Exception:
         pass
     out["sglang"] = info

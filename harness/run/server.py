@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -248,20 +248,28 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if os.name == "posix" else None
+def _exec_prefix(cpus: list[int] | None, dies_with_us: bool) -> tuple[list[str], list[int] | None]:
+    """util-linux wrappers that set up the server's process before it execs the server: SIGTERM when
+    its parent dies (`setpriv --pdeathsig`, Linux), its start-up CPUs (`taskset`). Wrappers, not a
+    `preexec_fn`: with one, subprocess runs Python's at-fork hooks in the harness, and a Ctrl-C landing
+    in them is printed as an ignored exception with a traceback instead of stopping the run. Returns the
+    prefix and the CPUs still to set with a preexec_fn (only where taskset is missing)."""
+    prefix: list[str] = []
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if dies_with_us and setpriv:
+        prefix += [setpriv, "--pdeathsig", "TERM"]
+    if cpus:
+        taskset = shutil.which("taskset")
+        if taskset:
+            prefix += [taskset, "--cpu-list", ",".join(map(str, cpus))]
+            cpus = None
+    return prefix, cpus
 
 
-def _child_setup(cpus: list[int] | None, parent: int | None):
-    """What the server's child does before exec: its CPUs, and SIGTERM when `parent` dies (Linux)."""
+def _set_affinity(cpus: list[int]):
     def setup() -> None:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if parent is not None and _LIBC is not None and hasattr(_LIBC, "prctl"):
-            _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-            if os.getppid() != parent:  # died before the prctl
-                os.kill(os.getpid(), signal.SIGTERM)
-    return setup if cpus or parent is not None else None
+        os.sched_setaffinity(0, cpus)
+    return setup
 
 
 class ServerProcess:
@@ -319,14 +327,17 @@ class ServerProcess:
             # session would outlive it and keep its CPUs busy. The kernel's parent-death signal ends it.
             # It fires when the starting *thread* ends, so only servers started by the main thread get it.
             dies_with_us = threading.current_thread() is threading.main_thread()
+            prefix, affinity_left = _exec_prefix(startup, dies_with_us)
+            if prefix and shutil.which(self.command.argv[0]) is None:  # the wrapper would hide the OSError
+                raise FileNotFoundError(errno.ENOENT, "no such executable file")
             self._proc = subprocess.Popen(
-                self.command.argv,
+                [*prefix, *self.command.argv],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_child_setup(startup, os.getpid() if dies_with_us else None),
+                preexec_fn=_set_affinity(affinity_left) if affinity_left else None,
             )
         except OSError as exc:
             self._close_log()
