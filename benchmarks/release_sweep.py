@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.releases.environments import read_stamp
 from harness.scenario import load_scenario, scenario_to_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,10 +47,10 @@ def builds(prefix: Path) -> dict[str, dict]:
     """Each cached part's build as its stamp recorded it (seconds, bytes, when): a sweep over cached
     environments spends 0 s on them, so the build figures are the stamps' (see docs/history.md)."""
     out = {}
-    for stamp in sorted((prefix / "releases").glob("*/*/.harness-release.json")):
-        facts = json.loads(stamp.read_text())
-        out[f"{stamp.parent.parent.name}/{stamp.parent.name}"] = {
-            "seconds": facts.get("seconds"), "bytes": facts.get("bytes"), "built": facts.get("built")}
+    for folder in sorted((prefix / "releases").glob("*/*/")):
+        facts = read_stamp(folder)
+        if facts is not None:
+            out[f"{folder.parent.name}/{folder.name}"] = {k: facts.get(k) for k in ("seconds", "bytes", "built")}
     return out
 
 

@@ -37,6 +37,17 @@ def terminal_signals():
             signal.signal(sig, handler)
 
 
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of the module's own (initdb + pg_ctl on loopback), stopped after it."""
+    pytest.importorskip("psycopg", reason="the PostgreSQL driver is in the `postgres` and `test` extras")
+    from history_helpers import PostgresServer
+
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
 # Markers that follow from a test's fixtures: the test drives Chromium, or starts PostgreSQL.
 FIXTURE_MARKERS = {"browser": "browser", "postgres": "postgres"}
 

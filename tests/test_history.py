@@ -19,7 +19,7 @@ from harness.history import db
 from harness.history.changepoints import Options, change_points, e_divisive, zero_changes
 from harness.history.extract import read_run
 from harness.history.ingest import find_run_dirs, ingest
-from history_helpers import PostgresServer, series_run
+from history_helpers import series_run
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = Options(permutations=199)  # p >= 0.005: enough for the planted shifts below, and quick
@@ -407,14 +407,6 @@ def test_two_ingesters_at_once_store_each_run_once_sqlite(planted_series, tmp_pa
 
 
 # ---- PostgreSQL, for real -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    pytest.importorskip("psycopg", reason="the PostgreSQL driver is in the `postgres` and `test` extras")
-    server = PostgresServer()
-    yield server
-    server.stop()
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from harness.history.extract import read_run
 from harness.history.ingest import find_run_dirs, ingest
 from harness.history.page import write_trend_page
 from harness.traces import analyze_traces
-from history_helpers import PostgresServer, create_v1_database, insert_as_v1, micro_sweep
+from history_helpers import create_v1_database, insert_as_v1, micro_sweep
 from test_report_browser import browser, open_report  # noqa: F401 - `browser` is a fixture
 from test_report_escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, _assert_inert
 
@@ -364,14 +364,6 @@ def test_the_page_shows_an_explanations_strings_as_text(browser, tmp_path):  # n
 
 
 # ---- the database: version 1 -> 2 ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    pytest.importorskip("psycopg", reason="the PostgreSQL driver is in the `postgres` and `test` extras")
-    server = PostgresServer()
-    yield server
-    server.stop()
 
 
 def _migrates_in_place(url: str, run: Path, out: Path) -> None:

@@ -55,12 +55,17 @@ class EnvironmentProvider(Protocol):
     def prepare(self, release: str, progress: Progress) -> ReleaseEnvironment: ...
 
 
-def read_stamp(folder: Path) -> dict[str, Any] | None:
+def read_json_stamp(path: Path) -> dict[str, Any] | None:
+    """A build's stamp file as a dict; None when it is missing, unreadable or not a JSON object."""
     try:
-        data = json.loads((folder / STAMP).read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_stamp(folder: Path) -> dict[str, Any] | None:
+    return read_json_stamp(folder / STAMP)
 
 
 def directory_bytes(path: Path) -> int:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.releases.environments import read_json_stamp
 from harness.sglang_cpu import PACKAGE_DIR, SGLANG_VERSION
 
 SOURCE_ROOT = PACKAGE_DIR.parents[1]  # the directory holding `harness`: on the venv's PYTHONPATH
@@ -56,11 +57,7 @@ def expected_stamp() -> dict:
 
 
 def read_stamp(prefix: Path) -> dict | None:
-    try:
-        data = json.loads((prefix / STAMP).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json_stamp(prefix / STAMP)
 
 
 def is_current(prefix: Path) -> bool:
