@@ -180,6 +180,28 @@ def test_a_commit_whose_server_cannot_start_is_skipped_and_the_range_is_not_narr
 
 
 @pytest.mark.slow
+def test_a_baseline_that_cannot_start_ends_the_bisection_before_any_step_runs(tmp_path):
+    repo, hashes = make_repo(tmp_path, [CLEAN, SOFTMAX_BACK])
+    scenario = write_scenario(tmp_path, repo)
+    data = yaml.safe_load(scenario.read_text())
+    (tmp_path / "baseline_broken.py").write_text('raise ImportError("the baseline is broken")\n')
+    data["variants"]["baseline"].update(pythonpath=[str(tmp_path)], patches=["baseline_broken"])
+    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "out"
+    done = subprocess.run(bisect_command(scenario, repo, hashes[0], hashes[-1], out, "--json"), cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=600)
+    result = json.loads(done.stdout)
+    assert done.returncode == 3 and result["status"] == "cannot judge", done.stderr
+    assert result["message"].startswith("the run of the arms that do not change (") and "failed" in result["message"]
+    # the step that needed it says so, and never started its own server
+    (step,) = result["steps"]
+    assert (step["commit"], step["mark"], step["run_dir"], step["attempts"]) == (hashes[1], "skip", None, [])
+    assert step["reason"] == f"not judged: {result['message']}"
+    assert result["baseline_run_dir"] and not list(out.glob("*/steps/*"))
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+@pytest.mark.slow
 def test_a_statistical_rule_runs_a_full_ab_per_step_and_retries_an_inconclusive_one(tmp_path):
     # one timed trial per arm: the TPOT rule can only say INCONCLUSIVE, so the bad revision is tried
     # twice (--retries 1), then skipped, and nothing can be bisected

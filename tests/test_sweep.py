@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from bisect_demo import BROKEN, CLEAN, SOFTMAX_BACK, git, make_repo, server_pids, write_scenario
+from bisect_demo import BROKEN, CLEAN, SOFTMAX_BACK, git, make_repo, same_file, server_pids, write_scenario
 from proc_helpers import group_gone, process_gone
 
+from harness.bisect.reuse import stored_points, why_not_reusable
+from harness.errors import HarnessInputError
 from harness.rundir import RunRecord, read_record
+from harness.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
 REVISIONS = [CLEAN, CLEAN, SOFTMAX_BACK, BROKEN, SOFTMAX_BACK]
@@ -129,3 +132,73 @@ def test_a_sweep_over_releases_refuses_a_statistical_rule_and_bad_input_before_a
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "give --sglang-releases A..B, or --source REPO --revisions REV..." in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ---- a bisection that reuses the sweep's points ------------------------------------------------------
+
+
+def test_a_bisection_between_two_points_of_the_sweep_judges_them_from_its_runs_and_starts_no_server(swept, tmp_path):
+    folder, hashes, repo = swept["folder"], swept["hashes"], swept["repo"]
+    scenario = Path(swept["sweep"]["scenario_path"])
+    stored = {p["point"]: Path(p["run_dir"]) for p in swept["sweep"]["points"]}
+    results_before = {point: (run_dir / "results.json").read_bytes() for point, run_dir in stored.items()}
+    done = subprocess.run([sys.executable, "-m", "harness.commands.cli", "bisect", str(scenario), "--source", str(repo),
+                           "--good", hashes[0], "--bad", hashes[2], "--reuse", str(folder), "--out",
+                           str(tmp_path / "out"), "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CI": "true"})
+    result = json.loads(done.stdout)
+    assert done.returncode == 0 and result["status"] == "found", (result["message"], done.stderr)
+    assert result["first_bad"] == hashes[2]
+    steps = result["steps"]
+    assert [(s["commit"], s["mark"]) for s in steps] == [(hashes[2], "bad"), (hashes[1], "good")]
+    for step in steps:
+        source, run_dir = stored[step["commit"]], Path(step["run_dir"])
+        assert step["reused_from"] == str(source) and f"(measured in {source})" in step["reason"]
+        # the stored trials, linked, not measured again; the step's own rules and report
+        (trace,) = run_dir.glob("trials/*-candidate-profiled/profile/*.json*")
+        assert same_file(trace, source / trace.relative_to(run_dir))
+        record = read_record(run_dir / "run.json", RunRecord)
+        assert record.sweep is None and (run_dir / record.adopted_from).resolve() == source.resolve()
+        assert (run_dir / "index.html").is_file()
+        checked = subprocess.run([sys.executable, "-m", "harness.commands.cli", "check", str(run_dir)],
+                                 capture_output=True, text=True, timeout=120)
+        assert checked.returncode == (1 if step["mark"] == "bad" else 0), checked.stdout
+    # no server, no baseline run, no worktree left; the sweep's own files untouched
+    out = Path(result["out_dir"])
+    assert not (out / "baseline").exists() and result["baseline_run_dir"] is None
+    assert set(server_pids(out)) <= set(server_pids(folder))
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert {point: (run_dir / "results.json").read_bytes() for point, run_dir in stored.items()} == results_before
+
+
+def test_a_stored_point_of_another_scenario_or_an_incomplete_one_is_not_reused(swept, tmp_path):
+    sweep = swept["sweep"]
+    points = stored_points(swept["folder"])
+    # the revision whose server could not start is not offered at all
+    assert set(points) == {p["point"] for p in sweep["points"] if p["status"] == "ran"}
+    stored = points[swept["hashes"][2]]
+    needs = {("candidate", "profiled"), ("baseline", "profiled")}
+    # a git point: the same commit checked out elsewhere (the bisection's own worktree) is the same code
+    assert stored.worktree is not None
+    elsewhere = Path("/elsewhere/07-abc")
+    ours = load_scenario(stored.run_dir / "scenario.yaml")
+    spec = ours.variants["candidate"]
+    moved = spec.model_copy(update={"pythonpath": [p.replace(stored.worktree, str(elsewhere)) for p in spec.pythonpath]})
+    ours = ours.model_copy(update={"variants": {**ours.variants, "candidate": moved}})
+    assert why_not_reusable(stored, ours, "candidate", needs, elsewhere)[1] == ""
+    assert why_not_reusable(stored, ours, "candidate", needs)[1] == \
+        "it ran another scenario (variants.candidate.description, variants.candidate.pythonpath differ)"
+    # the rules and the seed may differ; what the trials measured may not
+    same = ours.model_copy(update={"checks": ours.checks[:1], "name": "renamed",
+                                   "trials": ours.trials.model_copy(update={"seed": 12345})})
+    assert why_not_reusable(stored, same, "candidate", needs, elsewhere)[1] == ""
+    longer = ours.model_copy(update={"workload": ours.workload.model_copy(update={"output_len": 32})})
+    assert why_not_reusable(stored, longer, "candidate", needs, elsewhere) == \
+        (None, "it ran another scenario (workload.output_len differ)")
+    assert why_not_reusable(stored, ours, "candidate", needs | {("other", "profiled")}, elsewhere)[1] == \
+        "it has no other profiled trials, which the rules read"
+    with pytest.raises(HarnessInputError, match=r"--reuse .*: no sweep.json there"):
+        stored_points(tmp_path)
+    (tmp_path / "sweep.json").write_text('{"points": 3}')
+    with pytest.raises(HarnessInputError, match=r"sweep.json: expected an object with a `points` list"):
+        stored_points(tmp_path)

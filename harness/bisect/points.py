@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.bisect.plan import StepPlan
+from harness.bisect.reuse import StoredPoint, copy_stored_run
 from harness.releases.environments import ReleaseEnvironment
 from harness.rundir import CheckResults, RunRecord, SweepPoint, read_record, write_record
 from harness.run.combine import adopt_trials
@@ -106,4 +107,16 @@ class PointRunner:
         build_report(run_dir)
         if run.status != "complete":
             return PointOutcome(run_dir, run, INCONCLUSIVE, f"run incomplete: {why_it_stopped(run)}", complete=False)
+        return PointOutcome(run_dir, run, checks.verdict, first_reason(checks), complete=True)
+
+    def judge_stored(self, stored: StoredPoint, theirs: Scenario, scenario: Scenario, run_dir: Path) -> PointOutcome:
+        """Judge a point from a stored run (`harness.bisect.reuse`): its trials linked into `run_dir`,
+        the rules of `scenario` checked, the report written; no server starts."""
+        from harness.report import build_report
+        from harness.verdict.rules import check_run_dir
+
+        copy_stored_run(stored, theirs, scenario, run_dir)
+        checks = check_run_dir(run_dir)
+        build_report(run_dir)
+        run = RunResult(run_dir=run_dir, status="complete", plan=[], commands={})
         return PointOutcome(run_dir, run, checks.verdict, first_reason(checks), complete=True)

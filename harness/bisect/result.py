@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.bisect.git import Commit
 from harness.bisect.plan import StepPlan
+from harness.bisect.reuse import StoredPoint
 from harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS
 from harness.verdict.verdicts import PASS, Verdict
 
@@ -55,6 +56,7 @@ class BisectRequest:
     out_root: Path = DEFAULT_OUT_ROOT
     releases: str | None = None  # releases: `A..B` instead of a repository
     environments: str = "auto"  # releases: which provider builds each release's environment
+    reuse: tuple[Path, ...] = ()  # sweep folders whose points may stand for runs (harness.bisect.reuse)
 
     @property
     def axis(self) -> str:
@@ -70,17 +72,20 @@ class Step:
     mark: str  # good / bad / skip
     reason: str
     attempts: list[Path] = field(default_factory=list)  # run directories, the last one decides
+    reused_from: Path | None = None  # judged from this stored run of `--reuse` (no server started)
 
     @property
-    def run_dir(self) -> Path:
-        return self.attempts[-1]
+    def run_dir(self) -> Path | None:
+        """The run directory that decides (None before the first attempt starts)."""
+        return self.attempts[-1] if self.attempts else None
 
     def to_json_dict(self) -> dict[str, Any]:
         point = ({"release": self.commit.version} if isinstance(self.commit, Release) else
                  {"commit": self.commit.hash, "subject": self.commit.subject, "author_date": self.commit.author_date})
         return {"number": self.number, **point, "role": self.role, "verdict": self.verdict,
-                "mark": self.mark, "reason": self.reason, "run_dir": str(self.run_dir),
-                "attempts": [str(p) for p in self.attempts]}
+                "mark": self.mark, "reason": self.reason, "run_dir": str(self.run_dir) if self.run_dir else None,
+                "attempts": [str(p) for p in self.attempts],
+                "reused_from": str(self.reused_from) if self.reused_from else None}
 
 
 @dataclass
@@ -105,6 +110,7 @@ class BisectResult:
     steps: list[Step] = field(default_factory=list)
     baseline_run_dir: Path | None = None
     interrupted_by: int | None = None
+    stored: dict[str, StoredPoint] = field(default_factory=dict)  # `--reuse`: point -> a run that may stand for it
 
     @property
     def max_steps(self) -> int:
@@ -138,6 +144,7 @@ class BisectResult:
             "steps": [s.to_json_dict() for s in self.steps],
             "baseline_run_dir": str(self.baseline_run_dir) if self.baseline_run_dir else None,
             "out_dir": str(self.out_dir), "report": str(self.out_dir / "index.html"), "exit_code": self.exit_code,
+            "reuse": [str(p) for p in self.request.reuse],
         }
         if self.request.axis == "releases":
             return {**common, "releases": self.releases, "environments": self.request.environments,

@@ -6,7 +6,8 @@ Layout of a bisection's folder (`reports/bisect/<timestamp>-<scenario>/`):
 ```
 bisect.json            the request, every step so far and the outcome (rewritten after each step)
 index.html             the bisection page: the outcome and a link to each step's run report
-baseline/              a run directory: the trials that run once (absent for statistical rules)
+baseline/              a run directory: the trials that run once (absent for statistical rules, and
+                       when every step was judged from a sweep's stored run: `--reuse`)
 steps/<NN>-<commit12 or release>[-try<k>]/   one run directory per step (and retry), baseline trials linked in
 ```
 Every step's run directory is an ordinary run (`harness check` and `harness report` accept it); its
@@ -26,6 +27,7 @@ from harness.bisect.page import write_page
 from harness.bisect.plan import at_commit, choose_rules, paths_inside, step_plan
 from harness.bisect.points import PointRunner, at_release
 from harness.bisect.result import BisectRequest, BisectResult, Point, Release, Step
+from harness.bisect.reuse import stored_points, why_not_reusable
 from harness.errors import HarnessInputError
 from harness.files import new_stamped_dir, write_json_atomic
 from harness.releases.environments import ReleaseUnavailable, provider_for
@@ -38,6 +40,10 @@ from harness.scenario import Scenario, load_scenario
 from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
 
 MARKS = {PASS: "good", FAIL: "bad", INCONCLUSIVE: "skip"}
+
+
+class BaselineFailed(Exception):
+    """The trials that run once failed: no point can be judged (the result says so)."""
 
 
 class BisectProgress:
@@ -95,6 +101,8 @@ def prepare(request: BisectRequest) -> tuple[Scenario, Repo | None, BisectResult
     plan = step_plan(scenario, request.variant, rules, where)
     result = BisectResult(request=request, scenario=scenario.name, good=good, bad=bad, commits_in_range=count,
                           rules=[r.name for r in rules], plan=plan, out_dir=Path(), releases=releases)
+    for folder in request.reuse:  # later folders win: the newest measurement of a point
+        result.stored.update(stored_points(Path(folder)))
     return scenario, repo, result
 
 
@@ -111,6 +119,9 @@ def run_bisection(request: BisectRequest, progress: BisectProgress | None = None
         try:
             bisection.save()
             bisection.search()
+        except BaselineFailed as exc:
+            if result.steps and result.steps[-1].mark == "skip":
+                result.steps[-1].reason = f"not judged: {exc}"
         except KeyboardInterrupt as exc:
             result.interrupted_by = exc.signum if isinstance(exc, Terminated) else 2
             result.status = "interrupted"
@@ -130,6 +141,8 @@ class _Search:
         self.scenario, self.result, self.progress = scenario, result, progress
         self.variant = result.request.variant
         self.points = PointRunner(result.request.scenario_path, result.plan, progress.run)
+        self.worktree: Path | None = None  # git: where the point being judged is checked out
+        self.baseline_done = False
 
     def search(self) -> None:
         raise NotImplementedError
@@ -141,19 +154,21 @@ class _Search:
         write_json_atomic(self.result.out_dir / "bisect.json", self.result.to_json_dict())
         write_page(self.result)
 
-    def run_baseline(self) -> bool:
-        if not self.result.plan.once:
-            return True
+    def run_baseline(self) -> None:
+        """The trials that run once, before the first point that is run (not before points judged
+        from `--reuse`: a bisection they all stand for starts no server). BaselineFailed when it fails."""
+        if not self.result.plan.once or self.baseline_done:
+            return
         run_dir = self.result.out_dir / "baseline"
         self.progress.baseline_started(run_dir)
         run = self.points.run_once(self.scenario, run_dir)
         self.result.baseline_run_dir = run_dir
+        self.baseline_done = True
         self.save()
         if run.status != "complete":
             self.result.status = "cannot judge"
             self.result.message = f"the run of the arms that do not change ({run_dir}) failed: {run.error}"
-            return False
-        return True
+            raise BaselineFailed(self.result.message)
 
     def judge(self, point: Point, role: str, left: int | None,
               scenario_at: Callable[[Step], AbstractContextManager[Scenario]]) -> Step:
@@ -166,6 +181,10 @@ class _Search:
         attempts = 1 + (result.request.retries if result.plan.statistical else 0)
         try:
             with scenario_at(step) as scenario:
+                if self._judge_stored(step, scenario):
+                    attempts = 0
+                elif attempts:
+                    self.run_baseline()
                 for attempt in range(1, attempts + 1):
                     self.progress.step_started(step.number, point, role, left, attempt)
                     suffix = f"-try{attempt}" if attempt > 1 else ""
@@ -183,6 +202,25 @@ class _Search:
         self.progress.step_finished(step)
         return step
 
+    def _judge_stored(self, step: Step, scenario: Scenario) -> bool:
+        """Judge the step from a stored point of `--reuse` when one can stand for this run."""
+        stored = self.result.stored.get(step.commit.hash)
+        if stored is None:
+            return False
+        plan = self.result.plan
+        theirs, why = why_not_reusable(stored, scenario, self.variant, set(plan.once | plan.each_step), self.worktree)
+        if theirs is None:
+            self.progress.note(f"{stored.run_dir}: not reused: {why}")
+            return False
+        self.progress.step_started(step.number, step.commit, step.role, None, 1)
+        run_dir = self.result.out_dir / "steps" / f"{step.number:02d}-{step.commit.short}"
+        step.attempts.append(run_dir)
+        step.reused_from = stored.run_dir
+        outcome = self.points.judge_stored(stored, theirs, scenario, run_dir)
+        step.verdict, step.mark = outcome.verdict, MARKS[outcome.verdict]
+        step.reason = f"{outcome.reason} (measured in {stored.run_dir})"
+        return True
+
 
 class _GitBisection(_Search):
     def __init__(self, scenario: Scenario, repo: Repo, result: BisectResult, progress: BisectProgress):
@@ -198,17 +236,17 @@ class _GitBisection(_Search):
         def scenario() -> Iterator[Scenario]:
             commit = step.commit
             worktree = self.worktrees.add(commit.hash, f"{step.number:02d}-{commit.short}")
+            self.worktree = worktree
             try:
                 yield at_commit(self.scenario, self.variant, self.repo.root, worktree,
                                 f"commit {commit.short}: {commit.subject}")
             finally:
+                self.worktree = None
                 self.worktrees.remove(worktree)
         return scenario()
 
     def search(self) -> None:
         result = self.result
-        if not self.run_baseline():
-            return
         first = self.judge(result.bad, "bad revision", None, self._at_commit)
         if first.mark != "bad":
             result.status = "bad passes" if first.mark == "good" else "cannot judge"
@@ -314,8 +352,6 @@ class _ReleaseBisection(_Search):
 
     def search(self) -> None:
         result, releases = self.result, self.result.releases
-        if not self.run_baseline():
-            return
         found = find_change(len(releases), self._judge)
         result.status = found.status
         if found.oldest is None or found.newest is None or found.terms is None:

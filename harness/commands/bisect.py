@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "output_identity rule that judges the variant)")
     parser.add_argument("--retries", type=_non_negative_int, default=2, metavar="N",
                         help="statistical rules: rerun an INCONCLUSIVE step up to N times before skipping it (default 2)")
+    parser.add_argument("--reuse", action="append", default=[], metavar="SWEEP_FOLDER",
+                        help="judge a point from a sweep's stored run of it instead of running it again, when that "
+                        "run measured the same scenario (only the rules and the seed may differ; repeatable)")
     parser.add_argument("--out", metavar="DIR", default="reports/bisect", help="where bisections go (default: reports/bisect)")
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON (progress goes to stderr)")
 
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     request = BisectRequest(scenario_path=Path(args.scenario), source=Path(args.source) if args.source else None,
                             good=args.good, bad=args.bad, variant=args.variant, rules=tuple(args.rules),
                             retries=args.retries, out_root=Path(args.out), releases=args.releases,
-                            environments=args.environments)
+                            environments=args.environments, reuse=tuple(Path(p) for p in args.reuse))
     result = run_bisection(request, _make_progress(sys.stderr if args.json else sys.stdout))
     if args.json:
         print(json.dumps(result.to_json_dict(), indent=2))
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_result(result: Any) -> None:
     for step in result.steps:
-        print(f"{step.number:>3}  {step.commit.short}  {step.verdict:<12} {step.mark:<5} {step.run_dir}")
+        print(f"{step.number:>3}  {step.commit.short}  {step.verdict:<12} {step.mark:<5} {step.run_dir or '(not run)'}")
     if result.first_bad is not None:
         c = result.first_bad
         if result.request.axis == "releases":
