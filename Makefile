@@ -7,6 +7,10 @@ SCENARIO ?= scenarios/micro_topk1.yaml
 # Torch is pinned to the CPU build that CPU machines have locally; GPU runners install their own.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# What `make profile` needs (the micro engine and the report), without the test tools (Playwright,
+# Triton, psycopg, mypy...): a first `make profile` installs only these; `make test` adds the rest.
+RUN_STAMP := $(VENV)/.installed-run
+RUN_EXTRAS := micro,report
 
 # The real SGLang 0.5.23 server on a CPU (scenarios/sglang_cpu_tiny_eagle_topk1.yaml): its own
 # virtual environment and tiny models under $(SGLANG_CPU), apart from $(VENV). Opt-in; .ci/run does it.
@@ -14,12 +18,21 @@ SGLANG_CPU ?= .sglang-cpu
 
 .PHONY: install lint test test-quick test-sglang-cpu profile clean sglang-cpu sglang-cpu-releases
 
-$(STAMP): pyproject.toml
+# $(call venv_with,EXTRAS): the venv, torch (unless one is there: a GPU runner's CUDA build), the harness
+define venv_with
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[test]"
-	touch $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[$(1)]"
+endef
+
+$(STAMP): pyproject.toml
+	$(call venv_with,test)
+	touch $(STAMP) $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml
+	$(call venv_with,$(RUN_EXTRAS))
+	touch $(RUN_STAMP)
 
 install: $(STAMP)
 
@@ -44,19 +57,19 @@ test-sglang-cpu: $(STAMP)
 
 # GNU make exits 2 whenever a recipe fails, whatever the recipe's own status (make can only return
 # 0, 1 for -q, or 2). So the verdict's code is said on the last line; `harness run` returns it.
-profile: $(STAMP)
+profile: $(RUN_STAMP)
 	@$(BIN)/harness run $(SCENARIO) $(RUN_ARGS); status=$$?; \
 	if [ $$status -ne 0 ]; then \
 	  echo "make profile: harness run exited $$status (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted); make reports any of them as 2: run '$(BIN)/harness run $(SCENARIO)' for the verdict's own exit code" >&2; \
 	fi; exit $$status
 
-sglang-cpu: $(STAMP)
+sglang-cpu: $(RUN_STAMP)
 	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU)
 
 # Older SGLang releases' environments on top of it (harness/sglang_cpu/releases.toml), each checked by
 # importing its EAGLE worker: make sglang-cpu-releases RELEASES="0.5.12.post1 0.5.13"
 RELEASES ?=
-sglang-cpu-releases: $(STAMP)
+sglang-cpu-releases: $(RUN_STAMP)
 	@test -n "$(RELEASES)" || { echo 'make sglang-cpu-releases: name them, e.g. RELEASES="0.5.12.post1 0.5.13"' >&2; exit 2; }
 	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(foreach r,$(RELEASES),--release $(r))
 

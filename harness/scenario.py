@@ -6,9 +6,11 @@ Errors point at the YAML: `FILE:LINE: field.path: what is wrong`, raised as Harn
 from __future__ import annotations
 
 import codecs
+import copy
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -539,14 +541,48 @@ def _reject_duplicate_keys(path: Path, root: yaml.Node | None) -> None:
             stack += node.value
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read and validate a scenario file; every problem is a HarnessInputError `FILE:LINE: field: why`.
-    Paths written relative to the scenario file (`./`, `../`) come back absolute."""
+    Paths written relative to the scenario file (`./`, `../`) come back absolute. `overrides`:
+    `PATH=VALUE` items (`harness run --set`), applied after the file itself validates."""
     path = Path(path)
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise HarnessInputError(f"{path}:1: expected a mapping with `name`, `engine`, `variants`, ...")
-    return with_paths_resolved(scenario_from_dict(data, source=path, node=node), path.parent)
+    scenario = scenario_from_dict(data, source=path, node=node)
+    if overrides:
+        # the file is valid, so what fails now is an override's: no file line to point at
+        scenario = scenario_from_dict(with_overrides(data, overrides), source=f"{path} with --set")
+    return with_paths_resolved(scenario, path.parent)
+
+
+def with_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """`data` with each `PATH=VALUE` set: PATH dotted (`trials.repetitions`,
+    `server.args.--speculative-num-steps`), VALUE read as YAML would read it in the file (`6`, `true`,
+    `[CPU]`, `{a: 1}`; a relative path is relative to the scenario file). Missing mappings on the way
+    are made. A malformed item is one HarnessInputError naming it."""
+    data = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise HarnessInputError(f"--set {item}: expected PATH=VALUE, e.g. --set trials.repetitions=6")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise HarnessInputError(f"--set {item}: the value is not valid YAML ({problem})") from None
+        target = data
+        for depth, part in enumerate(parts[:-1]):
+            child = target.get(part)
+            if child is None:  # absent, or written empty (`args:`)
+                child = target[part] = {}
+            if not isinstance(child, dict):
+                raise HarnessInputError(f"--set {item}: {'.'.join(parts[:depth + 1])} is not a mapping, so it has "
+                                        f"no {parts[depth + 1]!r}")
+            target = child
+        target[parts[-1]] = value
+    return data
 
 
 def _is_relative_to_scenario(value: str) -> bool:

@@ -211,6 +211,41 @@ def test_full_run_leaves_no_server(full_run):
     assert_no_server_left(full_run.run_dir)
 
 
+# ---- --json and --set: what a CI step reads -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_json_prints_the_outcome_on_stdout_and_everything_else_on_stderr(tmp_path, capsys):
+    path = write_scenario(tmp_path)
+    code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress", "--json",
+                     "--set", "trials.repetitions=2", "--set", "checks=[{name: no_softmax, kind: kernel_count, "
+                     "region: DRAFT_DECODE, pattern: softmax, variants: [candidate], equals: 0}]"])
+    captured = capsys.readouterr()
+    outcome = json.loads(captured.out)  # stdout is the JSON and nothing else
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert (code, outcome["exit_code"], outcome["status"], outcome["verdict"]) == (0, 0, "complete", "PASS")
+    assert outcome["run_dir"] == str(run_dir) and outcome["report"] == str(run_dir / "index.html")
+    assert outcome["results"] == read_json(run_dir / "results.json")
+    assert [r["name"] for r in outcome["results"]["rules"]] == ["no_softmax"]  # --set replaced the rules
+    assert "[1/6] 00-baseline-profiled" in captured.err and f"results: {run_dir}" in captured.err
+    # the run's scenario.yaml is the scenario as it ran, overrides included
+    assert yaml.safe_load((run_dir / "scenario.yaml").read_text())["trials"]["repetitions"] == 2
+    assert_no_server_left(run_dir)
+
+
+@pytest.mark.slow
+def test_json_of_a_run_that_cannot_complete_and_of_a_dry_run(tmp_path, capsys):
+    path = write_scenario(tmp_path, candidate={"args": {"--no-such-flag": True}})
+    code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress", "--json"])
+    outcome = json.loads(capsys.readouterr().out)
+    assert (code, outcome["exit_code"], outcome["status"], outcome["verdict"]) == (3, 3, "incomplete", "INCONCLUSIVE")
+    assert "01-candidate-profiled failed" in outcome["error"]
+    code = cli.main(["run", str(path), "--dry-run", "--json", "--set", "trials.repetitions=3"])
+    outcome = json.loads(capsys.readouterr().out)
+    assert (code, outcome["status"], outcome["run_dir"], outcome["results"]) == (0, "planned", None, None)
+    assert len(outcome["plan"]["trials"]) == 2 + 2 * 3 and set(outcome["plan"]["commands"]) == {"baseline", "candidate"}
+
+
 # ---- failures -----------------------------------------------------------------------------------
 
 

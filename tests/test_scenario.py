@@ -118,3 +118,48 @@ def test_resolved_warm_scenario_reloads_unchanged(tmp_path):
         path = tmp_path / "scenario.yaml"
         path.write_text(scenario_to_yaml(scenario))
         assert load_scenario(path) == scenario
+
+
+# ---- `harness run --set PATH=VALUE` -----------------------------------------------------------------
+
+
+def test_set_changes_fields_and_flags_as_if_written_in_the_file(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    scenario = load_scenario(path, ["trials.repetitions=9", "server.args.--speculative-num-steps=5",
+                                    "variants.candidate.args={--speculative-eagle-topk: 1}", "profile.activities=[CPU]",
+                                    "server.model_path=./models/m", "workload.output_len= 48"])
+    assert scenario.trials.repetitions == 9 and scenario.workload.output_len == 48
+    assert scenario.server.args["--speculative-num-steps"] == 5
+    assert scenario.variants["candidate"].args == {"--speculative-eagle-topk": 1}
+    # a relative path is the file's, as in the file
+    assert scenario.server.model_path == str(tmp_path / "models" / "m")
+    assert load_scenario(path) == load_scenario(path, [])  # the file itself is left alone
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("trials.repetitions", "--set trials.repetitions: expected PATH=VALUE, e.g. --set trials.repetitions=6"),
+    ("trials..repetitions=3", "--set trials..repetitions=3: expected PATH=VALUE"),
+    ("=3", "--set =3: expected PATH=VALUE"),
+    ("name.part=3", "--set name.part=3: name is not a mapping, so it has no 'part'"),
+    ("workload.output_len=[1", "--set workload.output_len=[1: the value is not valid YAML"),
+])
+def test_a_malformed_set_is_one_line_naming_it(tmp_path, item, expected):
+    with pytest.raises(HarnessInputError) as err:
+        load_scenario(write(tmp_path, MINIMAL), [item])
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+
+
+def test_a_set_value_the_schema_refuses_names_the_field_not_a_line_of_the_file(tmp_path, capsys):
+    from harness.commands.cli import main
+
+    path = write(tmp_path, MINIMAL)
+    with pytest.raises(HarnessInputError, match=rf"^{path} with --set: trials.repetitions: .*greater than or equal to 1"):
+        load_scenario(path, ["trials.repetitions=0"])
+    with pytest.raises(HarnessInputError, match=rf"^{path} with --set: workload.nope: unknown key"):
+        load_scenario(path, ["workload.nope=1"])
+    # the CLI: exit 2, one line, nothing started; a valid --set shows in the dry run's plan
+    assert main(["run", str(path), "--dry-run", "--set", "trials.repetitions=0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"harness run: {path} with --set: trials.repetitions:") and "\n" not in err
+    assert main(["run", str(path), "--dry-run", "--set", "trials.repetitions=7", "--out", str(tmp_path / "runs")]) == 0
+    assert "16 trials" in capsys.readouterr().out and not (tmp_path / "runs").exists()  # 2 profiled + 7 x 2 timed

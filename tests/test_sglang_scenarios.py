@@ -129,7 +129,8 @@ def test_release_sweep_scenario_shape():
     """The sweep's scenario: the CPU scenario's model and draft configuration, settings every release
     from 0.5.10 on accepts, regions that mean the same in every release, and only exact rules."""
     sweep, cpu = load_scenario(SWEEP_SCENARIO), load_scenario(CPU_SCENARIO)
-    assert sweep.server.sglang_version is None  # the sweep sets it per release
+    # the baseline's release (it runs once, on `make sglang-cpu`'s venv); a sweep sets each point's own
+    assert sweep.server.sglang_version == cpu.server.sglang_version
     for flag in ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
                  "--speculative-num-draft-tokens", "--attention-backend", "--device"):
         assert sweep.server.args[flag] == cpu.server.args[flag], flag
@@ -272,3 +273,16 @@ def test_rocm_scenario_matches_sglang_own_dsa_mtp_fixture():
         fixture["tp_size"], fixture["speculative_algorithm"], fixture["speculative_num_steps"],
         fixture["speculative_eagle_topk"], fixture["speculative_num_draft_tokens"], fixture["mem_fraction_static"])
     assert '"deepseek-ai/DeepSeek-V3.2"' in ast.unparse(tree)  # the model its docstring example names
+
+
+def test_every_sglang_scenario_names_the_version_the_extra_pins_and_the_code_knows():
+    import tomllib
+
+    from harness.sglang_cpu import SGLANG_VERSION
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["sglang"]
+    (pin,) = [spec for spec in extra if spec.startswith("sglang") and not spec.startswith("sglang-spec-harness")]
+    assert pin == f"sglang=={SGLANG_VERSION}"  # `pip install .[sglang]` installs what the tables know
+    assert SGLANG_VERSION in RENAMED_FLAGS  # the flag table has a row for it
+    for path in SCENARIOS:
+        assert load_scenario(path).server.sglang_version == SGLANG_VERSION, path.name

@@ -181,7 +181,7 @@ class _Search:
         attempts = 1 + (result.request.retries if result.plan.statistical else 0)
         try:
             with scenario_at(step) as scenario:
-                if self._judge_stored(step, scenario):
+                if self._judge_stored(step, scenario, left):
                     attempts = 0
                 elif attempts:
                     self.run_baseline()
@@ -202,7 +202,7 @@ class _Search:
         self.progress.step_finished(step)
         return step
 
-    def _judge_stored(self, step: Step, scenario: Scenario) -> bool:
+    def _judge_stored(self, step: Step, scenario: Scenario, left: int | None) -> bool:
         """Judge the step from a stored point of `--reuse` when one can stand for this run."""
         stored = self.result.stored.get(step.commit.hash)
         if stored is None:
@@ -212,7 +212,7 @@ class _Search:
         if theirs is None:
             self.progress.note(f"{stored.run_dir}: not reused: {why}")
             return False
-        self.progress.step_started(step.number, step.commit, step.role, None, 1)
+        self.progress.step_started(step.number, step.commit, step.role, left, 1)
         run_dir = self.result.out_dir / "steps" / f"{step.number:02d}-{step.commit.short}"
         step.attempts.append(run_dir)
         step.reused_from = stored.run_dir

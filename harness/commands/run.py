@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
@@ -43,7 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the server commands; start nothing")
     parser.add_argument("--repetitions", type=_positive_int, metavar="N", help="timed trials per variant (overrides the scenario)")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
+                        help="set one scenario field for this run, as if written in the file (repeatable): "
+                        "--set server.model_path=/models/llama --set server.args.--speculative-num-steps=3 "
+                        "--set trials.repetitions=6; the run's scenario.yaml records the result")
     parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
+    parser.add_argument("--json", action="store_true",
+                        help="print the outcome as one JSON object (run_dir, status, verdict, exit_code, the checks' "
+                        "results, report); the progress and the verdict's lines go to stderr")
     parser.add_argument("--port", type=_port, metavar="N",
                         help="the servers' port (restart mode) or the first launch's (warm modes: launch k gets N+k); "
                              "default: a free port per launch")
@@ -263,26 +271,57 @@ def run(args: argparse.Namespace) -> int:
 
     # The whole command: an interrupt while the checks or the report run is one too (exit 128 + signal).
     with signals_raise_interrupt():
-        return _run(args)
+        if not args.json:
+            return _run(args, {})
+        out = sys.stdout
+        facts: dict[str, Any] = {}
+        with contextlib.redirect_stdout(sys.stderr):
+            code = _run(args, facts)
+        print(json.dumps(outcome_json(facts, code), indent=2), file=out, flush=True)
+        return code
 
 
-def _run(args: argparse.Namespace) -> int:
+def outcome_json(facts: dict[str, Any], code: int) -> dict[str, Any]:
+    """`harness run --json`: what a CI step reads. `results` is the run's results.json (null when the
+    checks did not run); a dry run gives its plan instead."""
+    from harness.errors import HarnessInputError
+    from harness.rundir import read_json
+
+    run_dir: Path | None = facts.get("run_dir")
+    results = None
+    if run_dir is not None and (run_dir / "results.json").is_file():
+        with contextlib.suppress(HarnessInputError):  # unreadable: the run's own lines said why
+            results = read_json(run_dir / "results.json")
+    return {"schema_version": 1, "scenario": facts.get("scenario"), "status": facts.get("status"),
+            "run_dir": str(run_dir) if run_dir is not None else None,
+            "verdict": results.get("verdict") if isinstance(results, dict) else None, "exit_code": code,
+            "error": facts.get("error"), "results": results,
+            "report": str(run_dir / "index.html") if run_dir is not None and results is not None else None,
+            **({"plan": facts["plan"]} if "plan" in facts else {})}
+
+
+def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     from harness.errors import EXIT_BAD_INPUT, EXIT_PASS
     from harness.extras import require_extras
     from harness.run.execute import run_scenario
     from harness.scenario import load_scenario
 
     scenario_path = Path(args.scenario)
-    scenario = load_scenario(scenario_path)
+    scenario = load_scenario(scenario_path, args.overrides)
     if args.repetitions is not None:
         scenario = scenario.model_copy(
             update={"trials": scenario.trials.model_copy(update={"repetitions": args.repetitions})}
         )
+    facts["scenario"] = scenario.name
 
     if args.dry_run:
         with _naming_the_file(scenario_path, scenario.name):
             result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
         print_plan(scenario, result, aa=args.aa)
+        facts.update(status="planned", plan={
+            "mode": result.mode, "trials": [t.dir_name for t in result.plan],
+            "launches": [launch.dir_name for launch in result.launches],
+            "commands": {arm: command.shell() for arm, command in result.commands.items()}})
         return EXIT_PASS
     # Before any server starts: the report comes after the last trial, too late to say it cannot be written.
     # A micro engine's servers run in this interpreter unless a variant names another (which then needs [micro]).
@@ -297,6 +336,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if stop_progress is not None:
             stop_progress()
+    facts.update(run_dir=result.run_dir, status=result.status, error=result.error)
     where = f"; results so far: {result.run_dir}" if result.run_dir is not None else ""
     if result.interrupted_by is not None:
         if result.status == "complete":  # interrupted after the last trial: measured, not checked
