@@ -21,7 +21,10 @@ import pytest
 import yaml
 
 from harness.engines import HARNESS_SOURCE_ROOT
+from harness.errors import HarnessInputError
+from harness.run.environment import require_engine
 from harness.run.execute import RunProgress, run_scenario
+from harness.rundir import EnvironmentRecord
 from harness.scenario import load_scenario, scenario_to_yaml
 from harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR
 from harness.sglang_cpu.install import is_current, read_stamp, venv_python
@@ -326,6 +329,41 @@ def test_another_sglang_version_is_one_line(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (f"harness run: {path}: variants.baseline: SGLang 0.5.22 at {fake}, but "
                                    f"server.sglang_version is 0.5.23 (set it up with: make sglang-cpu)")
+
+
+def test_a_release_whose_draft_code_the_baseline_patch_does_not_know_is_one_line(tmp_path):
+    fake = tmp_path / "src" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('never imported by the check')\n")
+    (fake / "_version.py").write_text("__version__ = version = '0.5.99'\n")
+
+    def newer_sglang(data: dict) -> None:
+        data["server"]["sglang_version"] = "0.5.99"  # asked for: the version check passes, the patch's cannot
+        for variant in data["variants"].values():
+            variant.update(python=sys.executable, pythonpath=[str(tmp_path / "src")])
+
+    path = derived_scenario(tmp_path, "new_sglang", newer_sglang)
+    proc = harness_cli("run", str(path), "--out", str(tmp_path / "runs"), timeout=300)
+    assert proc.returncode == 2 and not (tmp_path / "runs").exists(), proc.stdout + proc.stderr
+    line = proc.stderr.strip()
+    assert line.startswith(f"harness run: {path}: variants.baseline: SGLang 0.5.99 at {fake}: the baseline patch "
+                           "harness.patches.sglang_restore_topk1_softmax knows the draft code of SGLang 0.5.23 only. "
+                           "To add 0.5.99: a row in SGLANG_LAYOUTS in harness/patches/sglang_restore_topk1_softmax.py")
+    assert "HARNESS_SGLANG_LAYOUT" in line and "\n" not in line
+    # a layout named for it: known passes this check (the server then tells), unknown is one line too
+    env = {"baseline": {"HARNESS_SGLANG_LAYOUT": "0.5.23"}}
+    scenario = load_scenario(path)
+    facts = {"executable": sys.executable, "sglang": {"version": "0.5.99", "path": str(fake)}}
+    record = EnvironmentRecord(engine="sglang", variants={"candidate": facts})
+    require_engine(scenario, record)  # the candidate has no restore patch: any release
+    named = scenario.model_copy(update={"variants": {
+        **scenario.variants, "baseline": scenario.variants["baseline"].model_copy(update={"env": env["baseline"]})}})
+    require_engine(named, EnvironmentRecord(engine="sglang", variants={"baseline": facts}))
+    wrong = named.model_copy(update={"variants": {
+        **named.variants, "baseline": named.variants["baseline"].model_copy(update={"env": {"HARNESS_SGLANG_LAYOUT": "0.4"}})}})
+    with pytest.raises(HarnessInputError, match=r"variants.baseline: HARNESS_SGLANG_LAYOUT='0.4' is not a layout the "
+                                                r"baseline patch knows \(known: 0.5.23;"):
+        require_engine(wrong, EnvironmentRecord(engine="sglang", variants={"baseline": facts}))
 
 
 def test_the_scenarios_relative_paths_are_its_own(tmp_path):

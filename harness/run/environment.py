@@ -196,3 +196,32 @@ def require_engine(scenario: Scenario, environment: EnvironmentRecord) -> None:
             raise HarnessInputError(
                 f"scenario {scenario.name}: variants.{name}: SGLang {sglang.get('version') or '(version unknown)'} "
                 f"at {sglang['path']}, but server.sglang_version is {wanted}{hint}")
+        _require_patch_layout(scenario, name, sglang)
+
+
+def _require_patch_layout(scenario: Scenario, name: str, sglang: dict[str, Any]) -> None:
+    """A variant with the restore-softmax patch: its SGLang must be a release whose layout the patch's
+    table knows (or $HARNESS_SGLANG_LAYOUT must name a known one), else the patch would fail, or patch
+    the wrong names, inside a started server."""
+    from harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
+    from harness.patches.sglang_restore_topk1_softmax import LAYOUT_ENV, SGLANG_LAYOUTS
+
+    spec = scenario.variants[name]
+    if RESTORE_TOPK1_SOFTMAX_PATCH not in spec.patches:
+        return
+    known = ", ".join(SGLANG_LAYOUTS)
+    table = "SGLANG_LAYOUTS in harness/patches/sglang_restore_topk1_softmax.py"
+    chosen = {**scenario.server.env, **spec.env}.get(LAYOUT_ENV)
+    where = f"scenario {scenario.name}: variants.{name}"
+    if chosen is not None:
+        if chosen not in SGLANG_LAYOUTS:
+            raise HarnessInputError(f"{where}: {LAYOUT_ENV}={chosen!r} is not a layout the baseline patch knows "
+                                    f"(known: {known}; {table})")
+        return
+    version = sglang.get("version")
+    if version not in SGLANG_LAYOUTS:
+        raise HarnessInputError(
+            f"{where}: SGLang {version or '(version unknown)'} at {sglang.get('path')}: the baseline patch "
+            f"{RESTORE_TOPK1_SOFTMAX_PATCH} knows the draft code of SGLang {known} only. To add {version or 'it'}: "
+            f"a row in {table} naming that release's worker module, class and helpers (docs/gpu.md); if its "
+            f"draft code is a known release's, set env {LAYOUT_ENV}: <that release> on the variant")
