@@ -57,6 +57,7 @@ class BisectRequest:
     releases: str | None = None  # releases: `A..B` instead of a repository
     environments: str = "auto"  # releases: which provider builds each release's environment
     reuse: tuple[Path, ...] = ()  # sweep folders whose points may stand for runs (harness.bisect.reuse)
+    overrides: tuple[str, ...] = ()  # `--set PATH=VALUE` on the scenario
 
     @property
     def axis(self) -> str:
@@ -144,7 +145,7 @@ class BisectResult:
             "steps": [s.to_json_dict() for s in self.steps],
             "baseline_run_dir": str(self.baseline_run_dir) if self.baseline_run_dir else None,
             "out_dir": str(self.out_dir), "report": str(self.out_dir / "index.html"), "exit_code": self.exit_code,
-            "reuse": [str(p) for p in self.request.reuse],
+            "reuse": [str(p) for p in self.request.reuse], "overrides": list(self.request.overrides),
         }
         if self.request.axis == "releases":
             return {**common, "releases": self.releases, "environments": self.request.environments,

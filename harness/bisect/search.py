@@ -63,7 +63,7 @@ class BisectProgress:
 
 
 def _scenario_and_rules(request: BisectRequest) -> tuple[Scenario, list, str]:
-    scenario = load_scenario(request.scenario_path)
+    scenario = load_scenario(request.scenario_path, request.overrides)
     where = str(request.scenario_path)
     if request.variant not in scenario.variants:
         raise HarnessInputError(f"--variant {request.variant}: no such variant in {where} "

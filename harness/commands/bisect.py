@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "run measured the same scenario (only the rules and the seed may differ; repeatable)")
     parser.add_argument("--out", metavar="DIR", default="reports/bisect", help="where bisections go (default: reports/bisect)")
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON (progress goes to stderr)")
+    from harness.commands.run import add_set_argument
+
+    add_set_argument(parser)
 
 
 def _make_progress(stream: TextIO):
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     request = BisectRequest(scenario_path=Path(args.scenario), source=Path(args.source) if args.source else None,
                             good=args.good, bad=args.bad, variant=args.variant, rules=tuple(args.rules),
                             retries=args.retries, out_root=Path(args.out), releases=args.releases,
-                            environments=args.environments, reuse=tuple(Path(p) for p in args.reuse))
+                            environments=args.environments, reuse=tuple(Path(p) for p in args.reuse),
+                            overrides=tuple(args.overrides))
     result = run_bisection(request, _make_progress(sys.stderr if args.json else sys.stdout))
     if args.json:
         print(json.dumps(result.to_json_dict(), indent=2))

@@ -36,6 +36,14 @@ def _port(text: str) -> int:
     return value
 
 
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """`--set PATH=VALUE` (run, sweep, bisect): scenario fields for this command, validated like the file."""
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
+                        help="set one scenario field, as if written in the file (repeatable): "
+                        "--set server.model_path=/models/llama --set server.args.--speculative-num-steps=3 "
+                        "--set trials.repetitions=6; each run's scenario.yaml records the result")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
     parser.add_argument("--out", metavar="DIR", default="reports/runs", help="where runs go (default: reports/runs)")
@@ -44,10 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the server commands; start nothing")
     parser.add_argument("--repetitions", type=_positive_int, metavar="N", help="timed trials per variant (overrides the scenario)")
-    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
-                        help="set one scenario field for this run, as if written in the file (repeatable): "
-                        "--set server.model_path=/models/llama --set server.args.--speculative-num-steps=3 "
-                        "--set trials.repetitions=6; the run's scenario.yaml records the result")
+    add_set_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
     parser.add_argument("--json", action="store_true",
                         help="print the outcome as one JSON object (run_dir, status, verdict, exit_code, the checks' "

@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-history", action="store_true", help="do not ingest the points into the history database")
     parser.add_argument("--out", metavar="DIR", default="reports/sweeps", help="where sweeps go (default: reports/sweeps)")
     parser.add_argument("--json", action="store_true", help="print sweep.json at the end (progress goes to stderr)")
+    from harness.commands.run import add_set_argument
+
+    add_set_argument(parser)
 
 
 def _make_progress(stream: TextIO) -> Any:
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     request = SweepRequest(scenario_path=Path(args.scenario), releases=args.releases,
                            source=Path(args.source) if args.source else None, revisions=tuple(args.revisions),
                            variant=args.variant, rules=tuple(args.rules), environments=args.environments,
-                           out_root=Path(args.out), db=args.db, ingest=not args.no_history)
+                           out_root=Path(args.out), db=args.db, ingest=not args.no_history,
+                           overrides=tuple(args.overrides))
     result = run_sweep(request, _make_progress(sys.stderr if args.json else sys.stdout))
     if args.json:
         print(json.dumps(result.to_json_dict(), indent=2))

@@ -59,6 +59,7 @@ class SweepRequest:
     out_root: Path = DEFAULT_OUT_ROOT
     db: str | None = None  # the history database (default as `harness history`); None and ingest=False: none
     ingest: bool = True
+    overrides: tuple[str, ...] = ()  # `--set PATH=VALUE` on the scenario
 
     @property
     def axis(self) -> str:
@@ -112,6 +113,7 @@ class SweepResult:
             "schema_version": SWEEP_SCHEMA_VERSION, "scenario": self.scenario, "scenario_path": str(request.scenario_path),
             "axis": request.axis, "range": request.releases, "source": str(request.source) if request.source else None,
             "revisions": list(request.revisions), "variant": request.variant, "rules": self.rules,
+            "overrides": list(request.overrides),
             "environments": self.environments, "status": self.status, "message": self.message,
             "points": [asdict(p) for p in self.points],
             "ran": [p.label for p in self.ran], "could_not_run": [{"point": p.label, "why": p.reason}
@@ -151,7 +153,7 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
     """Every check of the input before anything starts (HarnessInputError: one line, exit 2). Returns
     the scenario (only the chosen rules, one seed), the repository (revisions), the empty result, the
     rules' plan (what runs once) and the trials that run at each point."""
-    scenario = load_scenario(request.scenario_path)
+    scenario = load_scenario(request.scenario_path, request.overrides)
     where = str(request.scenario_path)
     if request.variant not in scenario.variants:
         raise HarnessInputError(f"--variant {request.variant}: no such variant in {where} "
