@@ -251,6 +251,8 @@ def small_repo(tmp_path_factory):
     ("rule of the baseline", "--rule baseline_softmax: does not judge variant 'candidate', so it would give the same verdict at every commit"),
     ("unknown variant", "--variant other: no such variant in {scenario} (variants: baseline, candidate)"),
     ("path outside the repository", "{scenario}: variants.candidate.pythonpath: no entry lies inside {repo}, so every commit would run the same code"),
+    ("a --set the schema refuses", "{scenario} with --set: trials.repetitions: "),
+    ("a --reuse that is no sweep", "--reuse {root}: no sweep.json there"),
 ])
 def test_bad_input_exits_2_with_one_line_and_starts_nothing(small_repo, case, message, capsys):
     root, repo, hashes = small_repo
@@ -270,6 +272,10 @@ def test_bad_input_exits_2_with_one_line_and_starts_nothing(small_repo, case, me
         args["extra"] = ["--rule", "no_softmax", "--rule", "baseline_softmax"]
     elif case == "unknown variant":
         args["extra"] = ["--variant", "other"]
+    elif case == "a --set the schema refuses":
+        args["extra"] = ["--set", "trials.repetitions=0"]
+    elif case == "a --reuse that is no sweep":
+        args["extra"] = ["--reuse", str(root)]
     else:
         scenario = write_scenario(root, repo, pythonpath=[str(root)])
     out = root / f"out-{case.replace(' ', '-')}"

@@ -123,6 +123,7 @@ def test_a_sweep_over_releases_refuses_a_statistical_rule_and_bad_input_before_a
         (["--rule", "faster"], "a sweep judges each point by exact rules"),
         (["--rule", "nope"], "--rule nope: no such rule"),
         (["--variant", "other"], "--variant other: no such variant"),
+        (["--set", "workload.output_len=none"], "with --set: workload.output_len: "),
     ]:
         done = subprocess.run(sweep_command(scenario, repo, hashes, tmp_path / "out", tmp_path / "h.sqlite", *extra),
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
