@@ -315,16 +315,21 @@ def test_an_interpreter_without_sglang_is_one_line(tmp_path):
                                    f"for {sys.executable} (set it up with: make sglang-cpu)")
 
 
-def test_another_sglang_version_is_one_line(tmp_path):
+def fake_sglang(tmp_path: Path, version: str, data: dict) -> Path:
+    """An `sglang` distribution of `version` the probe reads (never imported), on every variant's path,
+    with this interpreter; returns its folder."""
     fake = tmp_path / "src" / "sglang"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('never imported by the check')\n")
-    (fake / "_version.py").write_text("__version__ = version = '0.5.22'\n")
-    def older_sglang(data: dict) -> None:
-        for variant in data["variants"].values():
-            variant.update(python=sys.executable, pythonpath=[str(tmp_path / "src")])
+    (fake / "_version.py").write_text(f"__version__ = version = {version!r}\n")
+    for variant in data["variants"].values():
+        variant.update(python=sys.executable, pythonpath=[str(tmp_path / "src")])
+    return fake
 
-    path = derived_scenario(tmp_path, "old_sglang", older_sglang)
+
+def test_another_sglang_version_is_one_line(tmp_path):
+    fake = tmp_path / "src" / "sglang"
+    path = derived_scenario(tmp_path, "old_sglang", lambda data: fake_sglang(tmp_path, "0.5.22", data))
     proc = harness_cli("run", str(path), "--out", str(tmp_path / "runs"), timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (f"harness run: {path}: variants.baseline: SGLang 0.5.22 at {fake}, but "
@@ -333,14 +338,10 @@ def test_another_sglang_version_is_one_line(tmp_path):
 
 def test_a_release_whose_draft_code_the_baseline_patch_does_not_know_is_one_line(tmp_path):
     fake = tmp_path / "src" / "sglang"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('never imported by the check')\n")
-    (fake / "_version.py").write_text("__version__ = version = '0.5.99'\n")
 
     def newer_sglang(data: dict) -> None:
         data["server"]["sglang_version"] = "0.5.99"  # asked for: the version check passes, the patch's cannot
-        for variant in data["variants"].values():
-            variant.update(python=sys.executable, pythonpath=[str(tmp_path / "src")])
+        fake_sglang(tmp_path, "0.5.99", data)
 
     path = derived_scenario(tmp_path, "new_sglang", newer_sglang)
     proc = harness_cli("run", str(path), "--out", str(tmp_path / "runs"), timeout=300)
