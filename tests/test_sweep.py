@@ -172,7 +172,7 @@ def test_a_bisection_between_two_points_of_the_sweep_judges_them_from_its_runs_a
     assert {point: (run_dir / "results.json").read_bytes() for point, run_dir in stored.items()} == results_before
 
 
-def test_a_stored_point_of_another_scenario_or_an_incomplete_one_is_not_reused(swept, tmp_path):
+def test_a_stored_point_of_another_scenario_or_that_could_not_run_is_not_reused(swept, tmp_path):
     sweep = swept["sweep"]
     points = stored_points(swept["folder"])
     # the revision whose server could not start is not offered at all

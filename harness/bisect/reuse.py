@@ -13,9 +13,7 @@ that did not complete, or lacks a trial the rules read, is run again, and the st
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,8 @@ from typing import Any
 from harness.bisect.plan import Need
 from harness.errors import HarnessInputError
 from harness.files import write_text_atomic
-from harness.rundir import RunRecord, read_record, write_record
+from harness.run.combine import link_tree
+from harness.rundir import RunRecord, read_json, read_record, write_record
 from harness.scenario import Scenario, load_scenario, scenario_to_yaml
 
 # Written again for the step (its own rules): never carried over from the stored run.
@@ -41,13 +40,10 @@ class StoredPoint:
 def stored_points(folder: Path) -> dict[str, StoredPoint]:
     """The points a sweep folder ran (sweep.json), by release or commit hash. Bad input: one line."""
     path = folder / "sweep.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.is_file():
         raise HarnessInputError(f"--reuse {folder}: no sweep.json there (give a sweep's folder, "
-                                "e.g. reports/sweeps/<timestamp>-<scenario>)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HarnessInputError(f"{path}: cannot be read as JSON: {exc}") from None
+                                "e.g. reports/sweeps/<timestamp>-<scenario>)")
+    data = read_json(path)  # the run files' reader: size cap, finite numbers, one line when broken
     points = data.get("points") if isinstance(data, dict) else None
     if not isinstance(points, list):
         raise HarnessInputError(f"{path}: expected an object with a `points` list")
@@ -76,7 +72,6 @@ def _measured(scenario: Scenario, variant: str, worktree: str | None) -> dict[st
     if worktree:
         spec = data["variants"][variant]
         spec["pythonpath"] = [entry.replace(worktree, WORKTREE) for entry in spec.get("pythonpath", [])]
-        spec["patches"] = [entry.replace(worktree, WORKTREE) for entry in spec.get("patches", [])]
         spec.pop("description", None)
     return data
 
@@ -116,14 +111,7 @@ def why_not_reusable(stored: StoredPoint, scenario: Scenario, variant: str, need
 def copy_stored_run(stored: StoredPoint, theirs: Scenario, rules: Scenario, run_dir: Path) -> None:
     """The step's run directory: the stored run's files as hard links (copies across filesystems),
     its scenario.yaml with the bisection's rules, run.json naming the run it came from."""
-    def hard_link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(stored.run_dir, run_dir, symlinks=False, copy_function=hard_link,
-                    ignore=lambda folder, names: [n for n in names if Path(folder) == stored.run_dir and n in _REGENERATED])
+    link_tree(run_dir, stored.run_dir, leave_out=_REGENERATED)
     write_text_atomic(run_dir / "scenario.yaml", scenario_to_yaml(theirs.model_copy(update={"checks": rules.checks})))
     record = read_record(run_dir / "run.json", RunRecord)
     record.adopted_from = os.path.relpath(stored.run_dir.resolve(), run_dir.resolve())

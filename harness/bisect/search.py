@@ -142,7 +142,6 @@ class _Search:
         self.variant = result.request.variant
         self.points = PointRunner(result.request.scenario_path, result.plan, progress.run)
         self.worktree: Path | None = None  # git: where the point being judged is checked out
-        self.baseline_done = False
 
     def search(self) -> None:
         raise NotImplementedError
@@ -157,13 +156,12 @@ class _Search:
     def run_baseline(self) -> None:
         """The trials that run once, before the first point that is run (not before points judged
         from `--reuse`: a bisection they all stand for starts no server). BaselineFailed when it fails."""
-        if not self.result.plan.once or self.baseline_done:
+        if not self.result.plan.once or self.result.baseline_run_dir is not None:
             return
         run_dir = self.result.out_dir / "baseline"
         self.progress.baseline_started(run_dir)
         run = self.points.run_once(self.scenario, run_dir)
         self.result.baseline_run_dir = run_dir
-        self.baseline_done = True
         self.save()
         if run.status != "complete":
             self.result.status = "cannot judge"

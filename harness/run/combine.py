@@ -46,7 +46,7 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
             raise HarnessInputError(f"{run_dir / entry.dir}: already exists: the two runs are not subsets of one plan")
         dirs.append(entry.dir)
     for rel in dirs:
-        _link(run_dir / rel, source / rel)
+        link_tree(run_dir / rel, source / rel)
     run.plan = sorted([*run.plan, *other.plan], key=lambda e: e.index)
     run.launches = sorted([*run.launches, *other.launches], key=lambda e: e.index)
     run.trials_done = (run.trials_done or 0) + (other.trials_done or 0)
@@ -59,15 +59,19 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
     return [entry.dir for entry in other.plan if entry.dir is not None]
 
 
-def _link(link: Path, target: Path) -> None:
-    def hard_link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:  # another filesystem, or links not allowed: a copy
-            shutil.copy2(src, dst)
+def _hard_link(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem, or links not allowed: a copy
+        shutil.copy2(src, dst)
 
+
+def link_tree(link: Path, target: Path, *, leave_out: frozenset[str] = frozenset()) -> None:
+    """`target` copied to `link` as hard links (copies across filesystems), without the top-level
+    entries named in `leave_out`."""
     link.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(target, link, symlinks=False, copy_function=hard_link)
+    shutil.copytree(target, link, symlinks=False, copy_function=_hard_link,
+                    ignore=lambda folder, names: [n for n in names if n in leave_out and Path(folder) == target])
 
 
 def _merge_analysis(run_dir: Path, source: Path) -> None:
