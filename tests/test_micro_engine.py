@@ -174,3 +174,16 @@ def test_inject_delay_busy_waits_inside_every_draft_decode_and_changes_no_output
     for decode, delay in zip(sorted(decodes, key=lambda e: e["ts"]), sorted(delays, key=lambda e: e["ts"])):
         assert decode["ts"] <= delay["ts"] and delay["ts"] + delay["dur"] <= decode["ts"] + decode["dur"]
         assert delay["dur"] >= delay_us
+
+
+def test_graph_runners_are_built_and_captured_in_the_order_a_cycle_replays_them(engines: list[MicroEngine]) -> None:
+    """The CUDA graphs share one memory pool: a graph captured after another may keep its outputs in
+    blocks the other freed, and replaying the other overwrites them. Captured in replay order, each
+    graph's outputs outlive the rest of the cycle (the opposite order lost the draft tokens on the
+    first GPU run: accept length ~1.2 instead of ~2.5). Capture iterates `runners` in order."""
+    engine = _engine(SMALL, num_steps=3, topk=1)
+    engines.append(engine)
+    assert list(engine.runners) == ["draft_decode", "target_verify", "draft_extend"]
+    single = _engine(SMALL, num_steps=1, topk=1)
+    engines.append(single)
+    assert list(single.runners) == ["target_verify", "draft_extend"]

@@ -391,21 +391,29 @@ class MicroEngine:
         sizes = capture_batch_sizes(self.spec.cuda_graph_max_bs) if use_graphs else None
         pool = torch.cuda.graph_pool_handle() if use_graphs else None
         f = self.functions
-        self.runners = {
-            "draft_extend": GraphRunner(
-                "draft_extend",
-                f.draft_extend,
-                [*ctx, InputSpec((t,), torch.long), InputSpec((t,), torch.bool, True)],
-                self.device,
-                sizes,
-                pool,
-            ),
-            "target_verify": GraphRunner("target_verify", f.target_verify, [*ctx, InputSpec((t,), torch.long)], self.device, sizes, pool),
-        }
+        # All graphs share one memory pool, as SGLang's do. A graph captured later may place its
+        # outputs in blocks that an earlier graph freed during its capture, and replaying that earlier
+        # graph overwrites them. So the graphs are captured in the order a cycle replays them (draft
+        # decode, target verify, draft extend): each graph's outputs then survive the rest of the cycle.
+        # (Captured the other way round, a draft-decode replay's draft tokens were overwritten by the
+        # target-verify replay: on the first GPU run accept length fell from ~2.5 to ~1.2 and a few
+        # greedy outputs changed, caught by the accept-length rule.)
+        self.runners = {}
         if self.spec.num_steps > 1:  # SGLang has no draft-decode graph for a single step either
             self.runners["draft_decode"] = GraphRunner(
                 "draft_decode", f.draft_decode, [*ctx, InputSpec((), torch.long)], self.device, sizes, pool
             )
+        self.runners["target_verify"] = GraphRunner(
+            "target_verify", f.target_verify, [*ctx, InputSpec((t,), torch.long)], self.device, sizes, pool
+        )
+        self.runners["draft_extend"] = GraphRunner(
+            "draft_extend",
+            f.draft_extend,
+            [*ctx, InputSpec((t,), torch.long), InputSpec((t,), torch.bool, True)],
+            self.device,
+            sizes,
+            pool,
+        )
         if use_graphs:
             started = time.perf_counter()
             for runner in self.runners.values():

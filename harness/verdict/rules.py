@@ -149,6 +149,14 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
                 counts = region_pattern_counts(facts, check.region, check.pattern)
                 units = counts.replays if counts is not None else 0
                 unit = counts.unit if counts is not None else "graph_launch"
+                counted = {row.pattern for row in facts.counts}
+                if counts is None and counted and check.pattern not in counted:
+                    # Not a zero: the analysis never looked for it (`harness check --scenario` with a new pattern).
+                    preconditions.append(Precondition(
+                        f"{where}: {check.pattern} counted", False,
+                        f"the stored analysis counted {', '.join(sorted(counted))} only, not {check.pattern!r}: "
+                        "the scenario that ran did not name it; run the scenario again with the pattern"))
+                    continue
                 if counts is not None and not counts.known:
                     preconditions.append(Precondition(f"{where}: {check.pattern} countable in {check.region}", False,
                                                       counts.note or "the trace cannot support this count"))
