@@ -163,6 +163,23 @@ class WorkloadSpec(_Strict):
     ignore_eos: bool = True
 
 
+class BudgetSpec(_Strict):
+    """An adaptive design (interleaved mode): looks at the TPOT rule after each stage of rounds and
+    stops as soon as it is decisive under group-sequential boundaries, adding rounds or a launch per
+    arm where the noise is, up to these limits (docs/adaptive.md)."""
+
+    max_rounds: int = Field(ge=2, description="rounds at most; the information fraction of a look is its rounds over this")
+    max_launches: int | None = Field(None, ge=1, description="launches per arm at most (default: trials.launches)")
+    max_minutes: float | None = Field(None, gt=0, description="wall-clock minutes at most; a stage that would end past it is not started")
+    look_every: int | None = Field(None, ge=1, description="rounds per later stage (default: launches per arm, at least 2)")
+    grow: Literal["auto", "rounds", "launches"] = Field(
+        "auto", description="what a stage adds: auto = one launch per arm when launch-to-launch noise dominates "
+        "(and max_launches allows), else rounds; rounds or launches = always that (launches: while max_launches allows)")
+    spending: Literal["pocock", "obrien_fleming"] = Field(
+        "pocock", description="alpha-spending function: pocock stops a clear effect early; obrien_fleming keeps "
+        "nearly all of alpha for the last look")
+
+
 class TrialsSpec(_Strict):
     mode: Literal["restart", "interleaved", "sequential"] = Field(
         "restart",
@@ -197,6 +214,10 @@ class TrialsSpec(_Strict):
     seed: int | None = Field(
         None, description="seed of the random order; null = a new seed per run, recorded in the run's scenario.yaml"
     )
+    budget: BudgetSpec | None = Field(
+        None, description="interleaved mode: an adaptive design: trials.repetitions rounds first, then looks after "
+        "each stage until the TPOT rule is decisive or the budget is spent (absent: the fixed design)"
+    )
 
     @property
     def warm(self) -> bool:
@@ -208,6 +229,20 @@ class TrialsSpec(_Strict):
         """Server launches per arm in the warm modes (restart: one per sample)."""
         return (self.launches or DEFAULT_LAUNCHES) if self.warm else self.repetitions
 
+    @property
+    def max_launches_per_arm(self) -> int:
+        """Launches per arm at most: the budget's, else the fixed design's."""
+        if self.budget is not None and self.budget.max_launches is not None:
+            return self.budget.max_launches
+        return self.launches_per_arm
+
+    @property
+    def stage_rounds(self) -> int:
+        """Rounds per stage after the first (adaptive design)."""
+        if self.budget is not None and self.budget.look_every is not None:
+            return self.budget.look_every
+        return max(2, self.launches_per_arm)
+
     @model_validator(mode="after")
     def _warm_fields(self) -> TrialsSpec:
         for name in ("launches", "block_requests"):
@@ -215,6 +250,15 @@ class TrialsSpec(_Strict):
                 raise _LocatedError(f"trials.{name}", "only for mode interleaved or sequential (restart launches once per sample)")
         if self.mode != "interleaved" and self.servers_up != "all":
             raise _LocatedError("trials.servers_up", "only for mode interleaved")
+        if self.budget is not None:
+            if self.mode != "interleaved" or self.servers_up != "all":
+                raise _LocatedError("trials.budget", "only for mode interleaved with servers_up all")
+            if self.budget.max_rounds < self.repetitions:
+                raise _LocatedError("trials.budget.max_rounds",
+                                    f"{self.budget.max_rounds} is below trials.repetitions ({self.repetitions}), the first stage")
+            if self.budget.max_launches is not None and self.budget.max_launches < self.launches_per_arm:
+                raise _LocatedError("trials.budget.max_launches",
+                                    f"{self.budget.max_launches} is below trials.launches ({self.launches_per_arm})")
         if self.warm and self.launches_per_arm > self.repetitions:
             raise _LocatedError(
                 "trials.launches", f"{self.launches_per_arm} launches per arm but {self.repetitions} repetitions: a launch would run no block"
@@ -656,4 +700,13 @@ def is_whole(path: Path) -> bool:
 def scenario_json_schema() -> str:
     """JSON Schema of scenario files, for editors (yaml-language-server)."""
     return json.dumps(Scenario.model_json_schema(), indent=2)
+
+
+def require_fixed_design(scenario: Scenario, where: str, command: str) -> None:
+    """bisect and sweep run each point in parts (a baseline once, the variant per point): an adaptive
+    design cannot be split so, since each stage depends on the looks before it."""
+    if scenario.trials.budget is not None:
+        raise HarnessInputError(
+            f"{where}: trials.budget (an adaptive design) cannot run under harness {command}, which runs each point in "
+            f"parts; give a fixed design: --set trials.budget=null --set trials.repetitions=16")
 

@@ -36,7 +36,7 @@ from harness.engines import server_python
 from harness.run.execute import RunProgress
 from harness.run.interrupts import Terminated, signals_raise_interrupt
 from harness.run.plan import with_run_seed
-from harness.scenario import Scenario, load_scenario
+from harness.scenario import require_fixed_design, Scenario, load_scenario
 from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
 
 MARKS = {PASS: "good", FAIL: "bad", INCONCLUSIVE: "skip"}
@@ -65,6 +65,7 @@ class BisectProgress:
 def _scenario_and_rules(request: BisectRequest) -> tuple[Scenario, list, str]:
     scenario = load_scenario(request.scenario_path, request.overrides)
     where = str(request.scenario_path)
+    require_fixed_design(scenario, where, "bisect")
     if request.variant not in scenario.variants:
         raise HarnessInputError(f"--variant {request.variant}: no such variant in {where} "
                                 f"(variants: {', '.join(scenario.variants)})")

@@ -220,9 +220,34 @@ def print_plan(scenario: Any, result: Any, *, aa: bool) -> None:
             where = ", ".join(f"{t.variant}@{result.launches[t.launch].dir_name if t.launch is not None else 'own launch'}"
                               for t in group)
             print(f"  {label}: {where}")
+    if spec.budget is not None:
+        print(adaptive_stages(scenario))
     for arm, command in result.commands.items():
         print(f"{arm}: {command.shell()}")
     print("(--port 0 stands for the free port chosen per launch; profiled passes write to <trial>/profile)")
+
+
+def adaptive_stages(scenario: Any) -> str:
+    """An adaptive design's stages and its worst case, in words (the plan above is its first stage)."""
+    from harness.run.plan import block_size
+
+    spec, budget = scenario.trials, scenario.trials.budget
+    looks, rounds = [spec.repetitions], spec.repetitions
+    while rounds < budget.max_rounds:
+        rounds = min(rounds + spec.stage_rounds, budget.max_rounds)
+        looks.append(rounds)
+    arms = len(scenario.variants)
+    most = spec.max_launches_per_arm
+    minutes = f", and at most {budget.max_minutes:g} minutes" if budget.max_minutes is not None else ""
+    return "\n".join([
+        f"adaptive (trials.budget, {budget.spending} alpha spending): the plan above is the first stage;",
+        "  look 0 after the profiled passes: a kernel-count rule that FAILs ends the run at once;",
+        f"  TPOT looks after rounds {', '.join(map(str, looks))} (information fraction = rounds / {budget.max_rounds}); "
+        "each stops at PASS or FAIL beyond its boundary,",
+        f"  else adds {spec.stage_rounds} rounds, or one launch per arm (up to {most}) when launch-to-launch noise dominates;",
+        f"  worst case: {budget.max_rounds} rounds ({budget.max_rounds * arms} blocks of {block_size(scenario)} requests), "
+        f"{most * arms} server launches{minutes}",
+    ])
 
 
 def _ranges(values: list[int]) -> str:

@@ -40,7 +40,7 @@ from harness.run.execute import RunProgress
 from harness.run.interrupts import Terminated, signals_raise_interrupt
 from harness.run.plan import Selection, with_run_seed
 from harness.rundir import SweepPoint, as_list, as_object, read_json
-from harness.scenario import Scenario, load_scenario
+from harness.scenario import require_fixed_design, Scenario, load_scenario
 
 SWEEP_SCHEMA_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")  # a revision's name in a folder name (origin/main -> origin-main)
@@ -155,6 +155,7 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
     rules' plan (what runs once) and the trials that run at each point."""
     scenario = load_scenario(request.scenario_path, request.overrides)
     where = str(request.scenario_path)
+    require_fixed_design(scenario, where, "sweep")
     if request.variant not in scenario.variants:
         raise HarnessInputError(f"--variant {request.variant}: no such variant in {where} "
                                 f"(variants: {', '.join(scenario.variants)})")

@@ -309,6 +309,26 @@ def pairs_figure(rounds: Sequence[int], ratios: Sequence[float], ratio: float | 
         return to_svg(fig, "paired differences per round")
 
 
+def looks_figure(rounds: Sequence[int], ratios: Sequence[float], lows: Sequence[float], highs: Sequence[float],
+                 min_gain: float | None) -> str:
+    """An adaptive run's looks: the TPOT ratio and its interval at each look (each at that look's own
+    level), narrowing as rounds are added, against the required ratio and 1.0."""
+    with plt.rc_context(_RC):
+        fig, (ax,) = _new(9.5, 2.6)
+        lower = [r - lo for r, lo in zip(ratios, lows)]
+        upper = [hi - r for r, hi in zip(ratios, highs)]
+        ax.errorbar(list(rounds), list(ratios), yerr=[lower, upper], fmt="o", color="#dd8452", ms=5, capsize=4,
+                    lw=1.2, label="ratio and interval at the look's level")
+        ax.axhline(1.0, color="#777", lw=1, ls="--", label="1.0 = no change")
+        if min_gain:
+            ax.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{1 - min_gain:.3f} = required")
+        ax.set_xlabel("rounds at the look")
+        _integer_ticks(ax)
+        ax.set_ylabel("TPOT ratio")
+        ax.legend(frameon=False, fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.28))
+        return to_svg(fig, "the interval at each look")
+
+
 def accept_figure(points: Sequence[TrialPoint], variants: Sequence[str], tolerance: float | None) -> str:
     """Accept length of every timed trial in run order, per variant, with the baseline's band."""
     with plt.rc_context(_RC):

@@ -180,6 +180,7 @@ def _figures(data: ReportData) -> dict[str, Any]:
     out["tpot_line"] = tpot.line()
 
     out.update(_pairs_and_launches(data, tpot))
+    out["looks"] = _looks(data, tpot)
 
     accept_points = [
         figures.TrialPoint(t.index, t.variant, v)
@@ -196,6 +197,34 @@ def _figures(data: ReportData) -> dict[str, Any]:
                             out["timeline_unit"]) if timeline else None
     out["match_colour"] = figures.MATCH_COLOUR
     return out
+
+
+def _looks(data: ReportData, tpot: Any) -> dict[str, Any] | None:
+    """An adaptive run's path (run.json `looks`): each look's numbers, what it did and why, and the
+    figure of the interval narrowing; None for a fixed design."""
+    looks = [as_object(look) for look in data.run.get("looks") or [] if isinstance(look, dict)]
+    if not looks:
+        return None
+    rows = []
+    for number, look in enumerate(looks):
+        ratio, low, high = (plottable(look.get(k)) for k in ("ratio", "ci_low", "ci_high"))
+        rows.append({
+            "look": number, "kind": look.get("kind", "?"), "rounds": look.get("rounds", "?"),
+            "launches": look.get("launches_per_arm", "?"),
+            "alpha": "-" if plottable(look.get("nominal_alpha")) is None else f"{look['nominal_alpha']:.4f}",
+            "verdict": look.get("verdict") or "-",
+            "interval": "-" if None in (ratio, low, high) else f"{ratio:.4f} [{low:.4f}, {high:.4f}]",
+            "mde": "-" if plottable(look.get("min_detectable_gain")) is None else f"{look['min_detectable_gain']:.2%}",
+            "spread": "-" if plottable(look.get("sd_block")) is None else (
+                f"{look.get('sd_launch') or 0:.2%} / {look['sd_block']:.2%}"),
+            "elapsed": fmt(look.get("elapsed_s"), 1), "action": look.get("action", "?"), "reason": look.get("reason", ""),
+        })
+    points = [(look.get("rounds"), plottable(look.get("ratio")), plottable(look.get("ci_low")), plottable(look.get("ci_high")))
+              for look in looks if look.get("kind") == "tpot"]
+    points = [p for p in points if isinstance(p[0], int) and None not in p[1:]]
+    figure = _safe(data, "looks", figures.looks_figure, [p[0] for p in points], [p[1] for p in points],
+                   [p[2] for p in points], [p[3] for p in points], tpot.min_gain) if points else None
+    return {"rows": rows, "figure": figure, "why_stopped": rows[-1]["reason"]}
 
 
 def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from harness.run.interrupts import (
     signals_raise_interrupt,
 )
 from harness.run.launch import Launches, TrialFailed
-from harness.run.plan import Launch, Plan, Selection, Trial, make_plan, with_run_seed
+from harness.run import adaptive
+from harness.run.plan import Launch, Plan, Selection, Trial, extend, make_plan, with_run_seed
 from harness.run.server import LOOPBACK
 from harness.run.trial import TrialOutcome, TrialRunner, analyze_trial_traces
 from harness.run.workload import build_prompts
@@ -48,6 +49,7 @@ from harness.rundir import (
     now,
     write_record,
 )
+from harness.rundir.models import LaunchEntry, LookRecord, PlanEntry
 from harness.scenario import Scenario, scenario_to_yaml
 
 DEFAULT_OUT_ROOT = Path("reports/runs")
@@ -170,6 +172,13 @@ def run_scenario(
     return result
 
 
+def _plan_fields(plan: Plan) -> dict:
+    """run.json's plan fields, validated as the record holds them."""
+    fields = plan.to_json_dict()
+    return {"mode": fields["mode"], "plan": [PlanEntry.model_validate(t) for t in fields["plan"]],
+            "launches": [LaunchEntry.model_validate(launch) for launch in fields["launches"]]}
+
+
 class _Run:
     """The state of one run while it goes: run.json, the analysis, the warm launches."""
 
@@ -186,6 +195,11 @@ class _Run:
         self.launches: Launches | None = None
         self.analysis = AnalysisRecord(schema_version=SCHEMA_VERSION, trials={})
         self.analysis_errors: dict[str, str] = {}
+        # the adaptive design (trials.budget): its looks so far, and what the next one needs to know
+        self.looks: list[LookRecord] = []
+        self.rounds_looked = 0
+        self.stage_started = time.monotonic()
+        self.launch_s = 0.0  # the longest bring-up of launches seen: what adding one would cost
 
     def trials(self) -> None:
         scenario, plan, result = self.scenario, self.plan, self.result
@@ -210,7 +224,12 @@ class _Run:
         self.progress.run_started(run_dir, plan.trials)
         self.launches = Launches(scenario, self.scenario_dir, run_dir, plan, self.progress, self.host, self.port)
         write_record(run_dir / "environment.json", self.environment)
-        for position, trial in enumerate(plan.trials):
+        position = -1
+        while position + 1 < len(plan.trials):  # an adaptive run's plan grows at its looks
+            position += 1
+            trial = plan.trials[position]
+            bring_up = time.monotonic()
+            launches_before = len(self.launches.running)
             try:
                 server = self.launches.serving(trial)
             except TrialFailed as exc:
@@ -234,11 +253,54 @@ class _Run:
             self.launches.done_with(position)
             if trial.kind == "profiled" and outcome.traces:
                 self._analyze(trial, outcome)
+            if len(self.launches.running) > launches_before:
+                took = (outcome.summary.duration_s if outcome.summary else None) or 0.0
+                self.launch_s = max(self.launch_s, time.monotonic() - bring_up - took)
+            if scenario.trials.budget is not None and not self._look(position):
+                break
         if self.analysis_errors:
             name, message = next(iter(self.analysis_errors.items()))
             result.error = f"trace analysis of {name} failed: {message}"
         else:
             result.status = "complete"
+
+    def _look(self, position: int) -> bool:
+        """An adaptive run (trials.budget) at the end of a stage: look, record it, and grow the plan
+        when the look says so. False: stop here (the plan ends at this trial)."""
+        assert self.result.run_dir is not None and self.run_json is not None
+        plan, scenario, run_dir = self.plan, self.scenario, self.result.run_dir
+        trials = plan.trials
+        last_profiled = max((i for i, t in enumerate(trials) if t.kind == "profiled"), default=None)
+        elapsed = time.monotonic() - self.started
+        if trials[position].kind == "profiled":
+            # After every profiled pass: a kernel rule that FAILs on the passes so far is certain.
+            if self.analysis_errors:
+                return True  # the checks report it; the exact look has no evidence to judge
+            look, nxt = adaptive.exact_look(run_dir, scenario, elapsed)
+            if not nxt.stop and position != last_profiled:
+                return True
+        elif position == len(trials) - 1:
+            rounds = 1 + max(t.repetition for t in trials if t.kind == "timed")
+            stage_rounds = rounds - self.rounds_looked
+            per_round = (time.monotonic() - self.stage_started) / max(1, stage_rounds)
+            per_arm = 1 + max(launch.number for launch in plan.launches)
+            look, nxt = adaptive.tpot_look(run_dir, scenario, self.looks, rounds=rounds, launches_per_arm=per_arm,
+                                           elapsed_s=elapsed, per_round_s=per_round, launch_s=self.launch_s)
+            self.rounds_looked = rounds
+        else:
+            return True
+        self.looks.append(look)
+        self.progress.note(f"look {len(self.looks)}: {look.action}: {look.reason}")
+        self.stage_started = time.monotonic()
+        if not nxt.stop and position == len(trials) - 1:
+            extend(plan, scenario, aa=self.aa, rounds=nxt.rounds, launches_per_arm=nxt.launches_per_arm)
+        self.run_json.update(looks=list(self.looks), **_plan_fields(plan))
+        if nxt.stop and position < len(trials) - 1:
+            del plan.trials[position + 1:]  # the rounds planned with the first stage never run
+            used = {t.launch for t in plan.trials}
+            plan.launches[:] = [launch for launch in plan.launches if launch.index in used]
+            self.run_json.update(**_plan_fields(plan))
+        return not nxt.stop
 
     def _analyze(self, trial: Trial, outcome: TrialOutcome) -> None:
         assert self.result.run_dir is not None

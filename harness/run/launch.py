@@ -215,7 +215,8 @@ class ServerLaunch:
         return f"{reason} (server {status})" if status else reason
 
     def stop(self) -> None:
-        died = self.server.exit_status()  # before the harness stopped it: it crashed or was killed
+        # before the harness stopped it (or asked it to): it crashed or was killed
+        died = None if self.server.asked_to_stop else self.server.exit_status()
         code = self.server.stop()
         if self.launch_json is not None and self.launch_json.record.status != "failed":
             if died:
@@ -305,6 +306,8 @@ class Launches:
         not be written."""
         write_error: WriteError | None = None
         with interrupts_deferred():
+            for launch in self.running.values():
+                launch.server.ask_to_stop()  # all shut down together
             for index in list(self.running):
                 try:
                     self.running.pop(index).stop()

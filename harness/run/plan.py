@@ -52,6 +52,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from harness.errors import HarnessInputError
 from harness.scenario import Scenario
 
 TrialKind = Literal["timed", "profiled"]
@@ -191,6 +192,13 @@ def make_plan(scenario: Scenario, *, aa: bool = False, select: Selection | None 
 
     `select`: the (arm, kind) pairs to run, e.g. `{("candidate", "profiled")}`; None runs everything.
     A subset keeps each trial's and launch's index from the full plan."""
+    if scenario.trials.budget is not None:
+        if select is not None:
+            raise HarnessInputError("trials.budget: an adaptive design cannot be run in parts (harness bisect, "
+                                    "sweep or --reuse): each stage depends on the looks before it; drop the budget")
+        plan = first_stage(scenario, aa=aa)
+        extend(plan, scenario, aa=aa, rounds=scenario.trials.repetitions, launches_per_arm=scenario.trials.launches_per_arm)
+        return plan
     plan = _full_plan(scenario, aa=aa)
     return plan if select is None else subset(plan, select)
 
@@ -282,6 +290,70 @@ def _warm_plan(scenario: Scenario, names: list[str], arm_config: dict[str, str],
         for i, (arm, kind, rep, number, first) in enumerate(steps)
     ]
     return Plan(spec.mode, trials, launches)
+
+
+# ---- the adaptive design (trials.budget): the plan grows stage by stage --------------------------
+
+
+def first_stage(scenario: Scenario, *, aa: bool = False) -> Plan:
+    """A budgeted run's plan before its first look: every profiled pass first, on the warm launches
+    just after their warm-up (so that an exact rule that fails ends the run before any timing), then
+    `trials.repetitions` rounds over `trials.launches` launches per arm. Later stages come from
+    `extend`. Prompts and trial-name widths are laid out for the budget's worst case, so that every
+    stage's trials keep their place whatever the looks decide."""
+    scenario = with_run_seed(scenario)
+    spec = scenario.trials
+    assert spec.budget is not None and spec.seed is not None
+    arm_config = arms(scenario, aa=aa)
+    names = list(arm_config)
+    per_arm = spec.launches_per_arm
+    launches = [Launch(index=i, arm=arm, config=arm_config[arm], number=j)
+                for i, (arm, j) in enumerate((arm, j) for j in range(per_arm) for arm in names)]
+    plan = Plan(spec.mode, [], launches)
+    profiled_first = spec.budget.max_rounds * block_size(scenario)
+    profiled_n = profiled_request_count(scenario)
+    for rep, order in enumerate(_orders(names, spec.profiled, spec.order, spec.seed)):
+        if rep == 0:  # the arms under test first: the rules that can FAIL at once are about them
+            order = sorted(order, key=lambda arm: arm == "baseline")
+        for arm in order:
+            _append(plan, scenario, arm, arm_config[arm], "profiled", rep, rep % per_arm, profiled_first + rep * profiled_n)
+    return plan
+
+
+def extend(plan: Plan, scenario: Scenario, *, aa: bool = False, rounds: int, launches_per_arm: int) -> list[Trial]:
+    """Append the next `rounds` rounds, served by `launches_per_arm` launches per arm (new launches
+    are appended to the plan and start when first needed); returns the new trials. Rounds keep their
+    global number: prompts, the drawn order and the Latin rotation follow it."""
+    spec = scenario.trials
+    assert spec.budget is not None and spec.seed is not None
+    arm_config = arms(scenario, aa=aa)
+    names = list(arm_config)
+    have = max((launch.number for launch in plan.launches), default=-1) + 1
+    for j in range(have, launches_per_arm):
+        for arm in names:
+            plan.launches.append(Launch(index=len(plan.launches), arm=arm, config=arm_config[arm], number=j))
+    done = 1 + max((t.repetition for t in plan.trials if t.kind == "timed"), default=-1)
+    orders = _orders(names, spec.budget.max_rounds, spec.order, spec.seed + 1)
+    block = block_size(scenario)
+    start = len(plan.trials)
+    for r in range(done, min(done + rounds, spec.budget.max_rounds)):
+        for arm in orders[r]:
+            _append(plan, scenario, arm, arm_config[arm], "timed", r, rotation(names.index(arm), r, launches_per_arm), r * block)
+    return plan.trials[start:]
+
+
+def _append(plan: Plan, scenario: Scenario, arm: str, config: str, kind: TrialKind, rep: int, number: int,
+            first_prompt: int) -> None:
+    spec = scenario.trials
+    assert spec.budget is not None
+    worst = spec.profiled * len(arms_of(plan)) + spec.budget.max_rounds * len(arms_of(plan))
+    launch = next(launch.index for launch in plan.launches if launch.arm == arm and launch.number == number)
+    plan.trials.append(Trial(index=len(plan.trials), variant=arm, kind=kind, repetition=rep, config=config,
+                             launch=launch, first_prompt=first_prompt, digits=max(2, len(str(worst - 1)))))
+
+
+def arms_of(plan: Plan) -> list[str]:
+    return sorted({launch.arm for launch in plan.launches})
 
 
 def plan_trials(scenario: Scenario, *, aa: bool = False) -> list[Trial]:

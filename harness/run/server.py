@@ -296,6 +296,7 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
         self.returncode: int | None = None
+        self.asked_to_stop = False  # ask_to_stop reached it alive
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: BinaryIO | None = None
 
@@ -406,6 +407,16 @@ class ServerProcess:
         exit code. An interrupt that lands meanwhile waits until the group is gone."""
         with interrupts_deferred():
             return self._stop(self.stop_grace_s if grace_s is None else grace_s)
+
+    def ask_to_stop(self) -> None:
+        """SIGTERM (and SIGCONT) to the group without waiting: `stop` then waits for several servers
+        that shut down at the same time rather than one after another."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            self.asked_to_stop = True  # alive when asked: its exit is the harness's doing
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGCONT)
 
     def _stop(self, grace: float) -> int | None:
         proc = self._proc

@@ -92,6 +92,28 @@ class SweepPoint(_Record):
     environment: dict[str, Any] = Field(default_factory=dict)
 
 
+class LookRecord(_Record):
+    """run.json `looks[]`: one look of an adaptive run (harness.run.adaptive). `exact`: after the
+    profiled passes (kernel rules); `tpot`: after a stage of rounds, at its nominal level."""
+
+    kind: Literal["exact", "tpot"]
+    rounds: Int
+    launches_per_arm: Int
+    fraction: float | None = None  # rounds / budget.max_rounds (tpot looks)
+    nominal_alpha: float | None = None  # the TPOT rule's alpha at this look (two one-sided halves)
+    verdict: str | None = None  # the first TPOT rule's verdict at this look
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    min_detectable_gain: float | None = None
+    sd_launch: float | None = None
+    sd_block: float | None = None
+    df: float | None = None
+    elapsed_s: float | None = None
+    action: str  # stop | start rounds | add N rounds [and launch M per arm]
+    reason: str
+
+
 class RunRecord(_Record):
     """run.json: the plan, and how far the run got."""
 
@@ -112,6 +134,7 @@ class RunRecord(_Record):
     server_launches: int | None = None
     adopted_from: str | None = None  # harness.run.combine: the run whose trials this one adopted
     sweep: SweepPoint | None = None  # a point of a sweep (harness sweep): absent in other runs
+    looks: list[LookRecord] | None = None  # an adaptive run's looks (trials.budget): absent in fixed designs
 
 
 # ---- launches/<launch>/launch.json ----------------------------------------------------------------

@@ -489,10 +489,46 @@ def _with_reason(decision: Any, reason: str) -> Any:
     return dataclasses.replace(decision, reason=reason)
 
 
-def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck) -> RuleResult:
+def look_levels(check: TpotGainCheck, fractions: list[float], spending: str) -> list[tuple[float, float]]:
+    """(alpha, confidence) of the TPOT rule at each look of an adaptive run: each direction's claim
+    (PASS, FAIL) at the one-sided nominal level of Lan-DeMets spending of alpha/2 (stats.sequential),
+    and the interval at the matching two-sided confidence."""
+    levels = stats.nominal_levels(fractions, check.alpha / 2, spending)  # type: ignore[arg-type]
+    return [(2 * p, 1 - 2 * p) if p > 0 else (1e-12, 1 - 1e-12) for p in levels]
+
+
+def tpot_rule_at(run: RunDir, check: TpotGainCheck, alpha: float) -> RuleResult:
+    """The TPOT rule with its claims made at `alpha` (a look's level) and the interval to match."""
+    return evaluate_tpot_gain(run, check.model_copy(update={"alpha": alpha, "confidence": 1 - alpha}), sequential=False)
+
+
+def _sequential(run: RunDir, check: TpotGainCheck) -> tuple[TpotGainCheck, dict[str, Any]] | None:
+    """An adaptive run's TPOT rule at its last look's level, with the looks for the report; None for
+    a fixed design. The fractions come from run.json, so `harness check` recomputes the same level."""
+    looks = [look for look in run.run.looks or [] if look.kind == "tpot" and look.fraction is not None]
+    budget = run.scenario.trials.budget
+    if not looks or budget is None:
+        return None
+    fractions = [look.fraction for look in looks if look.fraction is not None]
+    levels = look_levels(check, fractions, budget.spending)
+    alpha, confidence = levels[-1]
+    info = {"looks": len(looks), "spending": budget.spending, "fractions": fractions,
+            "nominal_alphas": [a for a, _ in levels], "alpha_overall": check.alpha}
+    return check.model_copy(update={"alpha": alpha, "confidence": confidence}), info
+
+
+def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck, *, sequential: bool = True) -> RuleResult:
+    adaptive = _sequential(run, check) if sequential else None
+    if adaptive is not None:
+        check, info = adaptive
     decision, numbers = _tpot_decision(run, check.baseline, check.candidate, min_gain=check.min_gain,
                                        confidence=check.confidence, alpha=check.alpha,
                                        resamples=check.resamples, seed=check.seed)
+    if adaptive is not None:
+        numbers["sequential"] = info
+        decision = _with_reason(decision, f"look {info['looks']} of an adaptive run, nominal alpha "
+                                          f"{check.alpha:.4f} ({info['spending']} spending of {info['alpha_overall']}): "
+                                          f"{decision.reason}")
     est = decision.estimate
     numbers.update({
         "ratio": est.ratio, "ci_low": est.ci_low,

@@ -49,12 +49,14 @@ __all__ = [
     "MIN_PAIRS",
     "MIN_TRIALS",
     "PASS",
+    "SPENDING_FUNCTIONS",
     "EquivalenceDecision",
     "GainDecision",
     "NestedFit",
     "NoiseFloor",
     "RankTest",
     "RatioEstimate",
+    "boundaries",
     "equivalence_within",
     "false_verdict_rate",
     "fit_nested",
@@ -63,6 +65,7 @@ __all__ = [
     "nested_ratio_ci",
     "nested_tpot_gain_decision",
     "noise_floor",
+    "nominal_levels",
     "paired_equivalence_within",
     "paired_minimum_detectable_gain",
     "paired_ratio_ci",
@@ -98,6 +101,7 @@ from harness.verdict.stats.nested import (
     nested_tpot_gain_decision,
 )
 from harness.verdict.stats.noise import false_verdict_rate, noise_floor, robust_cv
+from harness.verdict.stats.sequential import SPENDING_FUNCTIONS, boundaries, nominal_levels
 from harness.verdict.stats.paired import (
     MIN_PAIRS,
     paired_minimum_detectable_gain,
