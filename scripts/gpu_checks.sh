@@ -27,7 +27,7 @@ if [[ -n "${WHEELHOUSE:-}" ]]; then
     || { echo "gpu_checks: installing the wheels of $WHEELHOUSE failed" >&2; exit 1; }
   export PYTHONPATH="$WORK/site"
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD:$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 harness() { "$PYTHON" -m harness.commands.cli "$@"; }
 status=0
 started=$SECONDS
@@ -59,43 +59,31 @@ else
 fi
 echo "== 4/5 CUDA graphs against eager ($(date -u +%T), $((SECONDS - started)) s in)"
 DEVICE="${DEVICE:-cuda}" timeout 240 "$PYTHON" - <<'PY' || { echo "gpu_checks: graphs and eager disagree"; status=1; }
-import os, signal, socket, subprocess, sys, time
+import os, signal, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
-import httpx
+
+from micro_client import free_port, generate, wait_healthy
 
 device = os.environ["DEVICE"]
 flags = ["--device", device, "--speculative-num-steps", "3", "--cuda-graph-max-bs", "8", "--vocab-size", "128256"]
 servers = {}
 for name, extra in (("graphs", []), ("eager", ["--disable-cuda-graph"])):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     servers[name] = (f"http://127.0.0.1:{port}", subprocess.Popen(
         [sys.executable, "-m", "harness.micro.server", *flags, *extra, "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 try:
     for name, (url, proc) in servers.items():
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                sys.exit(f"{name} server exited {proc.returncode}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                sys.exit(f"{name} server not healthy after 180 s")
-            time.sleep(0.5)
-    def generate(url, prompt):
-        body = {"text": prompt, "sampling_params": {"max_new_tokens": 64, "temperature": 0, "ignore_eos": True}}
-        out = httpx.post(f"{url}/generate", json=body, timeout=120).json()
+        wait_healthy(url, proc, name, 180)
+
+    def run(url, prompt):
+        out = generate(url, prompt, 64)
         return out["output_ids"], out["meta_info"]["spec_verify_ct"]
     prompts = [f"graphs against eager {i} " * (1 + i % 3) for i in range(8)]
     results = {}
     for name, (url, _) in servers.items():
         with ThreadPoolExecutor(8) as pool:  # one batch of 8: the padded bs-8 graph
-            results[name] = list(pool.map(lambda p: generate(url, p), prompts))
+            results[name] = list(pool.map(lambda p: run(url, p), prompts))
     for name, rows in results.items():
         tokens = sum(len(ids) for ids, _ in rows)
         cycles = sum(ct for _, ct in rows)

@@ -51,14 +51,15 @@ fi
 cat "$OUT/env.txt"
 
 export OUT PYTHON NUM_STEPS PROFILE_STEPS DEVICE
-PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - <<'EOF'
-import gzip, json, os, signal, socket, subprocess, sys, time
+PYTHONPATH="$PWD:$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - <<'EOF'
+import gzip, json, os, signal, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 from harness.micro.trace_summary import summarize
+from micro_client import free_port, generate, wait_healthy
 
 out = Path(os.environ["OUT"])
 python = os.environ["PYTHON"]
@@ -69,19 +70,6 @@ on_gpu = device == "cuda"
 # Kept by the trim: what the harness's analysis and the fixture tests need.
 KEEP_CATEGORIES = {"user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "ac2g"}
 KEEP_CPU_OPS = ("softmax", "argmax", "aten::max", "aten::topk")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def generate(url: str, text: str, tokens: int) -> dict:
-    body = {"text": text, "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}
-    response = httpx.post(f"{url}/generate", json=body, timeout=300)
-    response.raise_for_status()
-    return response.json()
 
 
 def trim(src: Path, dst: Path) -> None:
@@ -111,18 +99,7 @@ for variant in ("on", "off"):
     log = open(out / f"server-{variant}.log", "wb")
     server = subprocess.Popen([python, "-m", "harness.micro.server", *flags], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if server.poll() is not None:
-                sys.exit(f"server {variant} exited {server.returncode}; see {out}/server-{variant}.log")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                sys.exit(f"server {variant} not healthy after 300 s")
-            time.sleep(0.5)
+        wait_healthy(url, server, variant, 300, f"; see {out}/server-{variant}.log")
         generate(url, "warm up the graphs", 32)
         info = httpx.get(f"{url}/server_info").json()
         assert info["device"] == device and info["cuda_graph"] == on_gpu, info

@@ -92,8 +92,8 @@ def _run(rng, *, effect, sd_block, sd_launch, first=6, every=2, max_rounds=48, m
                                                         confidence=1 - alpha)
         if decision.verdict in (PASS, FAIL) or rounds >= max_rounds:
             return decision, rounds, per_arm
-        if per_arm < max_launches and (grow == "launches" or (grow == "auto" and launch_noise_dominates(
-                fit.to_dict(), rounds, per_arm))):
+        launch_bound = grow == "auto" and launch_noise_dominates(fit.to_dict(), rounds, per_arm)
+        if per_arm < max_launches and (grow == "launches" or launch_bound):
             per_arm += 1
         stage = every
 
@@ -232,3 +232,13 @@ def test_a_real_run_adds_a_launch_per_arm(tmp_path):
         assert record["status"] == "stopped" and record["ready_at_s"] > looks[0]["elapsed_s"]  # started at the look
     served = {t["launch"] for t in run["plan"] if t["kind"] == "timed" and t["repetition"] >= 4}
     assert {launch["index"] for launch in third} <= served
+
+
+@pytest.mark.slow
+def test_an_aa_run_never_stops_on_kernel_rules(tmp_path):
+    """Both arms of an A/A run are the baseline, softmax and all: the exact look must not FAIL it."""
+    scenario = _budget_scenario(tmp_path, max_rounds=6)
+    _, _, run, results = _harness_run(scenario, tmp_path / "runs", "--aa")
+    assert [look["kind"] for look in run["looks"]] == ["exact", "tpot"]
+    assert run["looks"][0]["action"] == "start rounds"
+    assert sum(t["kind"] == "timed" for t in run["plan"]) == 12 and results["aa"] is True

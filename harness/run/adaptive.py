@@ -38,12 +38,13 @@ class Next:
 
 
 def exact_look(run_dir: Path, scenario: Scenario, elapsed_s: float) -> tuple[LookRecord, Next]:
-    """After the profiled passes: a kernel-count rule that FAILs is certain: the run ends."""
+    """After the profiled passes: a kernel-count rule that FAILs is certain: the run ends. Not in an
+    A/A run, whose arms both run the baseline (its verdict has no kernel rules)."""
     from harness.verdict.rules import EVALUATORS
 
     run = load_run_dir(run_dir)
     failed = []
-    for check in scenario.checks:
+    for check in [] if run.aa else scenario.checks:
         if isinstance(check, KernelCountCheck):
             result = EVALUATORS[check.kind](run, check)
             if result.verdict == FAIL:
@@ -104,7 +105,8 @@ def _next(scenario: Scenario, results: list[Any], *, rounds: int, launches_per_a
         return Next(True, f"budget spent: {rounds} of {budget.max_rounds} rounds{detect}")
     add = min(spec.stage_rounds, budget.max_rounds - rounds)
     room = launches_per_arm < spec.max_launches_per_arm
-    grow = room and (budget.grow == "launches" or (budget.grow == "auto" and launch_noise_dominates(nested, rounds, launches_per_arm)))
+    launch_bound = budget.grow == "auto" and launch_noise_dominates(nested, rounds, launches_per_arm)
+    grow = room and (budget.grow == "launches" or launch_bound)
     cost = add * per_round_s + (launch_s if grow else 0.0)
     if budget.max_minutes is not None and elapsed_s + cost > budget.max_minutes * 60:
         return Next(True, f"budget spent: the next stage (~{cost:.0f} s) would end past {budget.max_minutes:g} min "
@@ -116,7 +118,13 @@ def _next(scenario: Scenario, results: list[Any], *, rounds: int, launches_per_a
         why = (f"launch-to-launch sd {nested['sd_launch']:.2%} over {launches_per_arm} launches per arm outweighs "
                f"block-to-block sd {nested['sd_block']:.2%} over {rounds} rounds: one more launch per arm")
         return Next(False, why, add, launches_per_arm + 1)
-    why = "block-to-block noise is the larger part: more rounds" if nested.get("sd_block") is not None else "more rounds"
+    if launch_bound:  # no launch left: rounds are all a stage can add (they narrow the launch estimate, not the term)
+        why = (f"launch-to-launch sd {nested['sd_launch']:.2%} outweighs block-to-block sd {nested['sd_block']:.2%}, "
+               f"but max_launches ({spec.max_launches_per_arm}) is reached: more rounds")
+    elif nested.get("sd_block") is not None:
+        why = "block-to-block noise is the larger part: more rounds"
+    else:
+        why = "more rounds"
     return Next(False, f"not decisive ({results[0].verdict}); {why}{detect}", add, launches_per_arm)
 
 
