@@ -9,6 +9,11 @@ run's figures are saved as soon as it ends (--result); the summary is printed at
 Needs `make sglang-cpu`. Measure on a machine doing nothing else.
 
     .venv/bin/python benchmarks/sglang_cpu_runs.py --runs 10 --planted --result benchmarks/sglang_cpu_runs.json
+
+The shipped scenario is adaptive (trials.budget): each row also says how far its looks went. With
+--fixed N, N runs of the fixed design it replaced (3 launches per arm, 18 rounds, no budget) are
+spread evenly among the adaptive ones, and --planted runs the planted scenario in both designs: the
+same machine, the same hour, side by side.
 """
 
 from __future__ import annotations
@@ -40,12 +45,20 @@ def bad_input(message: str) -> SystemExit:
     return SystemExit(2)
 
 
-def planted_scenario(out: Path) -> Path:
-    """The scenario with the baseline's patches in the candidate too: softmax in both arms."""
+# The design the shipped scenario had before its budget (2026-12-03): the reference for wall time.
+FIXED_DESIGN = {"launches": 3, "repetitions": 18, "budget": None}
+
+
+def derived_scenario(out: Path, name: str, *, planted: bool = False, fixed: bool = False) -> Path:
+    """The scenario, with softmax in both arms (the baseline's patches in the candidate too) and/or
+    the fixed design."""
     data = yaml.safe_load(scenario_to_yaml(load_scenario(SCENARIO)))
-    data["name"] = "sglang_cpu_planted_softmax_in_both"
-    data["variants"]["candidate"]["patches"] = data["variants"]["baseline"]["patches"]
-    path = out / "planted.yaml"
+    data["name"] = name
+    if planted:
+        data["variants"]["candidate"]["patches"] = data["variants"]["baseline"]["patches"]
+    if fixed:
+        data["trials"].update(FIXED_DESIGN)
+    path = out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -80,6 +93,12 @@ def run_once(scenario: Path, out: Path) -> dict[str, Any]:
     row["accept_length"] = {v: statistics.median(results["variants"][v]["accept_length"] or [0])
                             for v in ("baseline", "candidate")}
     row["failing"] = {r["name"]: r["reason"] for r in results["rules"] if r["verdict"] != "PASS"}
+    looks = run.get("looks") or []
+    if looks:
+        tpot_looks = [look for look in looks if look.get("kind") == "tpot"]
+        row["looks"] = {"tpot_looks": len(tpot_looks), "rounds": tpot_looks[-1]["rounds"] if tpot_looks else 0,
+                        "launches_per_arm": tpot_looks[-1]["launches_per_arm"] if tpot_looks else None,
+                        "stopped": looks[-1].get("reason")}
     return row
 
 
@@ -87,6 +106,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--planted", action="store_true", help="one more run with softmax planted in both arms")
+    parser.add_argument("--fixed", type=int, default=0, help="runs of the fixed design, spread among the adaptive ones")
     parser.add_argument("--out", type=Path, default=Path("/tmp/harness-sglang-cpu-runs"))
     parser.add_argument("--result", type=Path, help="JSON file for the figures (written after every run)")
     args = parser.parse_args()
@@ -98,17 +118,27 @@ def main() -> int:
     document: dict[str, Any] = {"scenario": str(SCENARIO.relative_to(REPO)), "host": platform.node(),
                                 "machine": platform.machine(), "python": platform.python_version(),
                                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": [], "planted": None}
-    jobs = [("run", SCENARIO)] * args.runs + ([("planted", planted_scenario(args.out))] if args.planted else [])
+    if args.fixed < 0:
+        raise bad_input("--fixed: expected 0 or more")
+    jobs: list[tuple[str, Path]] = [("run", SCENARIO)] * args.runs
+    fixed = derived_scenario(args.out, "sglang_cpu_fixed_design", fixed=True)
+    for k in range(args.fixed):  # evenly among the adaptive runs, none first
+        jobs.insert(round((k + 1) * (len(jobs) + 1) / (args.fixed + 1)), ("fixed", fixed))
+    if args.planted:
+        jobs.append(("planted", derived_scenario(args.out, "sglang_cpu_planted_softmax_in_both", planted=True)))
+        if args.fixed:
+            jobs.append(("planted_fixed", derived_scenario(args.out, "sglang_cpu_planted_fixed", planted=True, fixed=True)))
+    document["fixed_runs"], document["planted_fixed"] = [], None
     for i, (kind, scenario) in enumerate(jobs, 1):
         row = run_once(scenario, args.out)
-        if kind == "planted":
-            document["planted"] = row
+        if kind in ("planted", "planted_fixed"):
+            document[kind] = row
         else:
-            document["runs"].append(row)
+            document["runs" if kind == "run" else "fixed_runs"].append(row)
         tpot = row.get("tpot") or {}
         print(f"[{i}/{len(jobs)}] {kind}: {row.get('verdict', row.get('error'))} (exit {row['exit_code']}) "
               f"wall {row.get('run_wall_s')} s, starts {row.get('startup_s')}, TPOT {tpot.get('ratio')} "
-              f"[{tpot.get('ci_low')}, {tpot.get('ci_high')}] df {tpot.get('df')}", flush=True)
+              f"[{tpot.get('ci_low')}, {tpot.get('ci_high')}] df {tpot.get('df')}; looks {row.get('looks')}", flush=True)
         if args.result:
             args.result.write_text(json.dumps(document, indent=2) + "\n")
     runs = document["runs"]
@@ -120,6 +150,16 @@ def main() -> int:
         print(f"PASS {passed}/{len(runs)}; run wall {min(walls):.0f}-{max(walls):.0f} s (median {statistics.median(walls):.0f}); "
               f"server start {min(starts):.0f}-{max(starts):.0f} s (median {statistics.median(starts):.0f}); "
               f"TPOT ratio {min(ratios):.3f}-{max(ratios):.3f}")
+    for name in ("fixed_runs",):
+        fixed_rows = document[name]
+        if fixed_rows:
+            walls = [r["run_wall_s"] for r in fixed_rows if r.get("run_wall_s")]
+            print(f"fixed design: PASS {sum(1 for r in fixed_rows if r.get('verdict') == 'PASS')}/{len(fixed_rows)}; "
+                  f"run wall {min(walls):.0f}-{max(walls):.0f} s (median {statistics.median(walls):.0f})")
+    if document["planted_fixed"]:
+        planted = document["planted_fixed"]
+        print(f"planted, fixed design: {planted.get('verdict')} (exit {planted['exit_code']}), "
+              f"command {planted['command_wall_s']} s")
     if document["planted"]:
         planted = document["planted"]
         print(f"planted: {planted.get('verdict')} (exit {planted['exit_code']}); failing: {sorted(planted.get('failing', {}))}")

@@ -214,6 +214,8 @@ def test_a_planted_softmax_fails_after_one_profiled_pass(tmp_path):
                                       "variants.candidate.args={--disable-topk1-fast-path: true}")
     assert code == 1 and results["verdict"] == "FAIL"
     assert [(t["variant"], t["kind"]) for t in run["plan"]] == [("candidate", "profiled")]
+    # its launch came up alone: the FAIL cost one server's start-up
+    assert run["server_launches"] == 1 and [launch["arm"] for launch in run["launches"]] == ["candidate"]
     assert run["looks"][-1]["kind"] == "exact" and "candidate_no_softmax" in run["looks"][-1]["reason"]
 
 

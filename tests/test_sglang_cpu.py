@@ -86,9 +86,11 @@ def derived_scenario(tmp_path: Path, name: str, edit: Callable[[dict], None]) ->
 CI_OUTPUT_LEN = 48
 
 
-def ci_sized(data: dict, *, repetitions: int, launches: int | None = None) -> None:
+def ci_sized(data: dict, *, repetitions: int, launches: int = 3) -> None:
+    """CI runs a fixed design (no budget): its blocks, launches and time are known in advance, and the
+    adaptive design's stages are tested on the micro engine (tests/test_adaptive.py)."""
     data["workload"]["output_len"] = CI_OUTPUT_LEN
-    data["trials"].update(repetitions=repetitions, **({"launches": launches} if launches else {}))
+    data["trials"].update(repetitions=repetitions, launches=launches, budget=None)
 
 
 def smaller(data: dict, *, repetitions: int) -> None:

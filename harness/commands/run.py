@@ -241,6 +241,7 @@ def adaptive_stages(scenario: Any) -> str:
     minutes = f", and at most {budget.max_minutes:g} minutes" if budget.max_minutes is not None else ""
     return "\n".join([
         f"adaptive (trials.budget, {budget.spending} alpha spending): the plan above is the first stage;",
+        "  the candidate's launch comes up alone for its profiled pass, the other launches after it;",
         "  look 0 after the profiled passes: a kernel-count rule that FAILs ends the run at once;",
         f"  TPOT looks after rounds {', '.join(map(str, looks))} (information fraction = rounds / {budget.max_rounds}); "
         "each stops at PASS or FAIL beyond its boundary,",
