@@ -29,6 +29,10 @@ if [ "$given" -gt 1 ]; then
   exit 2
 fi
 [ "$given" -eq 0 ] && SGLANG_SPEC="sglang==0.5.23"
+if [ -n "$SGLANG_PATH" ] && [ ! -e "$SGLANG_PATH" ]; then
+  echo "sglang-install: SGLANG_PATH $SGLANG_PATH does not exist" >&2
+  exit 2
+fi
 
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   echo "sglang-install: $PYTHON is $("$PYTHON" -V 2>&1); the harness needs Python >= 3.11 (set PYTHON=python3.12)" >&2
@@ -47,6 +51,10 @@ if [ -n "$SGLANG_REF" ]; then
   SGLANG_PATH="$SGLANG_SRC"
 fi
 
+if [ -n "$SGLANG_PATH" ]; then
+  # absolute: pip reads a bare relative name with [extras] as a project name, not a path
+  SGLANG_PATH="$(realpath "$SGLANG_PATH")"
+fi
 extras="${SGLANG_EXTRAS:+[$SGLANG_EXTRAS]}"
 if [ -n "$SGLANG_PATH" ] && [ -f "$SGLANG_PATH/python/pyproject.toml" ]; then
   project="$SGLANG_PATH/python"

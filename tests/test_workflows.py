@@ -366,3 +366,15 @@ def test_make_targets_of_the_workflows_dry_run():
     assert "harness report out/latest" in dry("report", "RUNS=out")
     assert "harness history ingest x/runs --db h.sqlite" in dry("history-ingest", "RUNS=x/runs", "HISTORY_DB=h.sqlite")
     assert "echo $status > r/code" in dry("scenario-run", "RUN_STATUS=r/code", "-o", ".venv/.installed-run")
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"SGLANG_REF": "main", "SGLANG_SPEC": "sglang==0.5.23"}, "give one of SGLANG_REF, SGLANG_SPEC, SGLANG_PATH (got 2)"),
+    ({"SGLANG_PATH": "/no/such/sglang"}, "SGLANG_PATH /no/such/sglang does not exist"),
+])
+def test_the_gpu_installer_refuses_bad_sources_before_installing_anything(tmp_path, env, message):
+    venv = tmp_path / "venv"
+    done = subprocess.run([str(REPO / "scripts" / "install_sglang_gpu.sh")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "VENV": str(venv), "SGLANG_REF": "", "SGLANG_SPEC": "", "SGLANG_PATH": "", **env})
+    assert done.returncode == 2 and message in done.stderr
+    assert not venv.exists()
