@@ -378,3 +378,13 @@ def test_the_gpu_installer_refuses_bad_sources_before_installing_anything(tmp_pa
                           env={**os.environ, "VENV": str(venv), "SGLANG_REF": "", "SGLANG_SPEC": "", "SGLANG_PATH": "", **env})
     assert done.returncode == 2 and message in done.stderr
     assert not venv.exists()
+
+
+@pytest.mark.parametrize("workflow", [GPU, SWEEP], ids=lambda p: p.name)
+def test_plan_step_refuses_inputs_that_are_not_paths_or_labels(tmp_path, workflow):
+    run = step(load(workflow), "make runner-matrix", "plan")["run"]
+    env = {**_fake_make(tmp_path, 0), "GITHUB_OUTPUT": str(tmp_path / "out")}
+    ok = _bash(run, tmp_path, {**env, "SCENARIO": "scenarios/a.yaml", "RUNNER": "h200"})
+    assert ok.returncode == 0 and (tmp_path / "out").read_text().startswith("matrix=make -s runner-matrix")
+    bad = _bash(run, tmp_path, {**env, "SCENARIO": "$(shell id)", "RUNNER": ""})
+    assert bad.returncode != 0 and "not a scenario path or runner label" in bad.stdout
