@@ -1,5 +1,6 @@
 # The two commands a user needs: `make profile` and `make test`. Both set themselves up.
-# Contributors: `make lint` (ruff and mypy, settings in pyproject.toml), which CI runs before the tests.
+# Contributors: `make lint` (ruff and mypy, settings in pyproject.toml; actionlint and zizmor over
+# .github/workflows), which CI runs before the tests.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -16,7 +17,8 @@ RUN_EXTRAS := micro,report
 # virtual environment and tiny models under $(SGLANG_CPU), apart from $(VENV). Opt-in; .ci/run does it.
 SGLANG_CPU ?= .sglang-cpu
 
-.PHONY: install lint test test-quick test-sglang-cpu profile clean sglang-cpu sglang-cpu-releases
+.PHONY: install lint test test-quick test-sglang-cpu profile clean sglang-cpu sglang-cpu-releases \
+	sglang-install harness-install runner-matrix scenario-run report history-ingest history-report
 
 # $(call venv_with,EXTRAS): the venv, torch (unless one is there: a GPU runner's CUDA build), the harness
 define venv_with
@@ -36,10 +38,14 @@ $(RUN_STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Static checks: ruff over the Python trees, mypy over harness/ (its `files`).
+# Static checks: ruff over the Python trees, mypy over harness/ (its `files`), and the workflows:
+# actionlint (expressions, runner labels: .github/actionlint.yaml) and zizmor (security: pins,
+# permissions, injection; .github/zizmor.yml), offline: it asks no network (CI reaches registries only).
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/actionlint -config-file .github/actionlint.yaml .github/workflows/*.yml
+	$(BIN)/zizmor --offline --config .github/zizmor.yml .github/workflows
 
 # The suite on two workers, a test file per worker at a time (its module fixtures are set up once),
 # without the tests of the real SGLang server (their own target: they need the whole machine).
@@ -63,8 +69,9 @@ profile: $(RUN_STAMP)
 	  echo "make profile: harness run exited $$status (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted); make reports any of them as 2: run '$(BIN)/harness run $(SCENARIO)' for the verdict's own exit code" >&2; \
 	fi; exit $$status
 
+# SGLANG_SPEC or SGLANG_PATH (below) install SGLang from there instead of the registry's 0.5.23.
 sglang-cpu: $(RUN_STAMP)
-	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU)
+	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(SGLANG_CPU_SOURCE)
 
 # Older SGLang releases' environments on top of it (harness/sglang_cpu/releases.toml), each checked by
 # importing its EAGLE worker: make sglang-cpu-releases RELEASES="0.5.12.post1 0.5.13"
@@ -73,5 +80,69 @@ sglang-cpu-releases: $(RUN_STAMP)
 	@test -n "$(RELEASES)" || { echo 'make sglang-cpu-releases: name them, e.g. RELEASES="0.5.12.post1 0.5.13"' >&2; exit 2; }
 	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(foreach r,$(RELEASES),--release $(r))
 
+# ---- The steps of the GPU workflows (.github/workflows/gpu-*.yml), runnable on a CPU too (.ci/run) ----
+# Where SGLang comes from, one of (default: the registry's sglang==0.5.23, what the scenarios pin):
+#   SGLANG_REF=<git ref of $(SGLANG_REPO)>  SGLANG_SPEC=<pip spec>  SGLANG_PATH=<checkout, sdist folder, wheel, folder with a wheel>
+SGLANG_REF ?=
+SGLANG_SPEC ?=
+SGLANG_PATH ?=
+# gpu: SGLang with its own dependencies (CUDA torch) into $(VENV), then the harness
+# (scripts/install_sglang_gpu.sh); cpu: into $(SGLANG_CPU) as `make sglang-cpu` builds it (SGLang's
+# code from the source given, the pinned CPU dependencies around it; no SGLANG_REF: CI reaches registries only).
+SGLANG_DEVICE ?= gpu
+SGLANG_CPU_SOURCE = $(if $(SGLANG_PATH),--sglang '$(SGLANG_PATH)',$(if $(SGLANG_SPEC),--sglang '$(SGLANG_SPEC)'))
+
+sglang-install:
+ifeq ($(SGLANG_DEVICE),cpu)
+	@test -z "$(SGLANG_REF)" || { echo "make sglang-install: SGLANG_REF needs git access to $(or $(SGLANG_REPO),sgl-project/sglang); on a CPU give SGLANG_PATH (a checkout) or SGLANG_SPEC" >&2; exit 2; }
+	$(MAKE) sglang-cpu SGLANG_SPEC='$(SGLANG_SPEC)' SGLANG_PATH='$(SGLANG_PATH)'
+else
+	PYTHON="$(PYTHON)" VENV="$(VENV)" SGLANG_REF="$(SGLANG_REF)" SGLANG_SPEC="$(SGLANG_SPEC)" SGLANG_PATH="$(SGLANG_PATH)" \
+	  scripts/install_sglang_gpu.sh
+	touch $(RUN_STAMP)
+endif
+
+# The harness alone, without torch: for the jobs that only read scenarios or run directories
+# (the runner matrix, the history). HARNESS_EXTRAS: which extras.
+HARNESS_EXTRAS ?= history,report,postgres
+harness-install:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e "$(if $(HARNESS_EXTRAS),.[$(HARNESS_EXTRAS)],.)"
+
+# The GitHub Actions matrix for SCENARIOS: a job per scenario and runner label, from each scenario's
+# `hardware:` (RUNNERS="b200 h200": only those labels). One line of JSON.
+SCENARIOS ?= $(SCENARIO)
+RUNNERS ?=
+runner-matrix:
+	@$(BIN)/harness scenario-info --github-matrix $(SCENARIOS) $(foreach r,$(RUNNERS),--runner $(r))
+
+# One run of SCENARIO into RUNS ($(RUNS)/latest is the newest, or reports/latest for reports/runs).
+# The verdict's exit code (0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 bad input, 130 interrupted) goes into
+# RUN_STATUS, since make itself can only say 2: a workflow publishes the run first, then gates on it.
+RUNS ?= reports/runs
+RUN_STATUS ?= reports/run-exit-code
+scenario-run: $(RUN_STAMP)
+	@mkdir -p $(dir $(RUN_STATUS))
+	@$(BIN)/harness run $(SCENARIO) --out $(RUNS) --no-progress $(RUN_ARGS); status=$$?; \
+	echo $$status > $(RUN_STATUS); echo "make scenario-run: harness run exited $$status (in $(RUN_STATUS))"; exit $$status
+
+# Rebuild the report of RUN_DIR (index.html, junit.xml, summary.md); in a workflow, also the job summary.
+RUN_DIR ?= $(if $(filter runs,$(notdir $(RUNS))),$(dir $(RUNS))latest,$(RUNS)/latest)
+report:
+	$(BIN)/harness report $(RUN_DIR) --step-summary
+
+# The history database: HISTORY_DB (a SQLite file or postgresql://...; default $$HARNESS_HISTORY_DB,
+# else reports/history.sqlite). Ingest every run under RUNS; then change points and the trend page.
+HISTORY_DB ?=
+HISTORY_OUT ?= reports/history
+MAX_REGRESSION ?= 0.05
+history-ingest:
+	$(BIN)/harness history ingest $(RUNS) $(if $(HISTORY_DB),--db $(HISTORY_DB))
+
+history-report:
+	@$(BIN)/harness history report --out $(HISTORY_OUT) --max-regression $(MAX_REGRESSION) $(if $(HISTORY_DB),--db $(HISTORY_DB)); \
+	status=$$?; echo $$status > $(HISTORY_OUT).exit-code; exit $$status
+
 clean:
-	rm -rf $(VENV) $(SGLANG_CPU) .pytest_cache
+	rm -rf $(VENV) $(SGLANG_CPU) .sglang-src .pytest_cache

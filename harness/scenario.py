@@ -398,6 +398,50 @@ class ValiditySpec(_Strict):
     )
 
 
+# Runner labels every self-hosted GPU runner of the workflows carries; the machine kind (hardware.runners) is added.
+GPU_RUNNER_BASE_LABELS = ("self-hosted", "linux", "gpu")
+
+
+class HardwareSpec(_Strict):
+    """The machine a scenario needs. CI reads it (`harness scenario-info`) to pick runners: one job
+    per label in `runners`, so that a scenario never lands on a machine that cannot run it."""
+
+    accelerator: Literal["cpu", "cuda", "rocm"] = Field(
+        "cpu", description="what the servers run on: cpu (a hosted runner does), cuda (NVIDIA) or rocm (AMD)")
+    gpus: int = Field(0, ge=0, description="GPUs one run needs at least (tensor parallelism); 0 for cpu")
+    runners: list[str] = Field(
+        default_factory=list,
+        description="runner labels of the machine kinds that meet these needs (e.g. [b200, b300] for NVFP4, which "
+        "needs Blackwell): one CI job per label. A GPU job runs on [self-hosted, linux, gpu, LABEL]; a cpu job on "
+        "[LABEL] (default ubuntu-latest)")
+
+    @field_validator("runners")
+    @classmethod
+    def _labels(cls, v: list[str]) -> list[str]:
+        for label in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", label):
+                raise ValueError(f"runner label {label!r}: letters, digits, '.', '-' and '_' only")
+        if len(set(v)) != len(v):
+            raise ValueError("a runner label is listed twice")
+        return v
+
+    @model_validator(mode="after")
+    def _gpus_match_accelerator(self) -> HardwareSpec:
+        if self.accelerator == "cpu" and self.gpus:
+            raise _LocatedError("hardware.gpus", "accelerator cpu needs no GPUs: set gpus to 0 or name cuda/rocm")
+        if self.accelerator != "cpu" and not self.gpus:
+            raise _LocatedError("hardware.gpus", f"accelerator {self.accelerator} needs at least one GPU")
+        if self.accelerator != "cpu" and not self.runners:
+            raise _LocatedError("hardware.runners", "name the runner label of at least one machine kind with these GPUs")
+        return self
+
+    def runs_on(self) -> list[tuple[str, list[str]]]:
+        """(label, the job's `runs-on` labels) per machine kind."""
+        if self.accelerator == "cpu":
+            return [(label, [label]) for label in (self.runners or ["ubuntu-latest"])]
+        return [(label, [*GPU_RUNNER_BASE_LABELS, label]) for label in self.runners]
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -410,6 +454,7 @@ class Scenario(_Strict):
     patterns: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_PATTERNS))
     regions: RegionsSpec = Field(default_factory=RegionsSpec)
     validity: ValiditySpec = Field(default_factory=ValiditySpec)
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec, description="the machine it needs: CI's runner labels")
     checks: list[Check] = Field(default_factory=list)
 
     @field_validator("variants")

@@ -1,11 +1,14 @@
 """The CI workflows: valid against GitHub's workflow schema (check-jsonschema's vendored copy, no
-network), and doing what the README promises: the GPU job always uploads the run directory and
-publishes JUnit, fails on FAIL, warns on INCONCLUSIVE. The shell steps that decide this are run
-here with bash, so a broken exit-code capture is caught before it reaches a GPU runner."""
+network), every action pinned by commit, and doing what docs/gpu.md promises: SGLang from a ref, a
+spec or a path, runners from the scenario's `hardware:`, the run directory always uploaded, FAIL
+failing the job and INCONCLUSIVE warning. The shell steps that decide this are run here with bash
+(and the real Makefile), so a broken exit-code capture is caught before it reaches a GPU runner."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,33 +67,68 @@ def test_the_schema_check_catches_a_broken_workflow(tmp_path):
     assert result.returncode != 0
 
 
-def test_gpu_workflow_shape():
+ALL = (GPU, CPU, NIGHTLY, SWEEP)
+SHA_PIN = re.compile(r"^\s*(?:-\s*)?uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # v\d+\.\d+\.\d+$")
+
+
+@pytest.mark.parametrize("workflow", ALL, ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit_with_its_version(workflow):
+    lines = [line for line in workflow.read_text().splitlines() if re.match(r"^\s*(-\s*)?uses:", line)]
+    assert lines
+    for line in lines:
+        assert SHA_PIN.match(line), f"{workflow.name}: not pinned by a full SHA with a `# vX.Y.Z` comment: {line.strip()}"
+    # one version per action across the workflows, so an update touches them all
+    pins: dict[str, set[str]] = {}
+    for path in ALL:
+        for line in path.read_text().splitlines():
+            if m := SHA_PIN.match(line):
+                pins.setdefault(m.group(1), set()).add(m.group(2))
+    assert all(len(shas) == 1 for shas in pins.values()), pins
+
+
+@pytest.mark.parametrize("workflow", ALL, ids=lambda p: p.name)
+def test_permissions_are_read_only(workflow):
+    wf = load(workflow)
+    assert wf["permissions"] == {"contents": "read"}
+    for job in wf["jobs"].values():
+        assert "permissions" not in job
+
+
+def test_gpu_workflow_is_callable_with_an_sglang_source_and_secrets():
     wf = load(GPU)
-    scenario = wf["on"]["workflow_dispatch"]["inputs"]["scenario"]
-    assert scenario["default"] == "scenarios/sglang_llama31_8b_eagle3_topk1.yaml"
-    assert (REPO / scenario["default"]).exists(), "the default scenario must ship with the project"
+    call, dispatch = wf["on"]["workflow_call"], wf["on"]["workflow_dispatch"]
+    for inputs in (call["inputs"], dispatch["inputs"]):
+        assert {"scenario", "sglang_ref", "sglang_repository", "sglang_spec", "sglang_path", "runner"} <= set(inputs)
+        assert inputs["scenario"]["default"] == "scenarios/sglang_llama31_8b_eagle3_topk1.yaml"
+        assert (REPO / inputs["scenario"]["default"]).exists(), "the default scenario must ship with the project"
+        assert inputs["sglang_repository"]["default"] == "sgl-project/sglang"
+    assert {"harness_repository", "harness_ref"} <= set(call["inputs"])
+    assert call["secrets"]["HF_TOKEN"]["required"] is False
+    # the runners come from the scenario, through the plan job
+    plan = wf["jobs"]["plan"]
+    assert "make -s runner-matrix" in step(wf, "make runner-matrix", "plan")["run"]
     job = wf["jobs"]["regression"]
-    assert "self-hosted" in job["runs-on"] and "gpu" in job["runs-on"]
-    install = step(wf, "Install the harness with SGLang")["run"]
-    assert "pip install -e '.[sglang]'" in install
-    # Artifact and test results are published whatever the verdict, from the resolved run dir.
-    upload = step(wf, "Upload the run directory")
-    assert upload["if"] == "always()" and upload["uses"].startswith("actions/upload-artifact@")
-    assert upload["with"]["path"] == "${{ steps.rundir.outputs.path }}"
-    junit = step(wf, "Publish the rules as test results")
-    assert junit["if"] == "always()" and junit["uses"].startswith("mikepenz/action-junit-report@")
-    assert junit["with"]["report_paths"].endswith("/junit.xml")
-    assert wf["permissions"]["checks"] == "write"
-    assert step(wf, "Gate on the verdict")["if"] == "always()"
-    # No step may fail the job before the publishing steps (continue-on-error is not needed
-    # because the run step captures the exit code itself).
+    assert job["needs"] == "plan" and job["runs-on"] == "${{ matrix.runs_on }}"
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert plan["outputs"]["matrix"] == "${{ steps.matrix.outputs.matrix }}"
+    setup = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
+    assert setup and setup[0]["with"]["python-version"] in ("3.11", "3.12")
+    checkout_sglang = step(wf, "Check out SGLang at ${{ inputs.sglang_ref }}", "regression")
+    assert checkout_sglang["with"]["repository"] == "${{ inputs.sglang_repository }}"
+    assert checkout_sglang["with"]["path"] == ".sglang-src" and checkout_sglang["if"] == "inputs.sglang_ref != ''"
+    assert "make sglang-install SGLANG_PATH=.sglang-src" in step(wf, "make sglang-install", "regression")["run"]
+    run = step(wf, "make scenario-run", "regression")
+    assert run["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+    upload = step(wf, "Upload the run directory", "regression")
+    assert upload["if"] == "always()" and upload["with"]["path"] == "reports/runs"
+    assert step(wf, "Gate on the verdict", "regression")["if"] == "always()"
     names = [s.get("name") for s in job["steps"]]
-    assert names.index("Run the scenario") < names.index("Upload the run directory") < names.index("Gate on the verdict")
+    assert names.index("make scenario-run") < names.index("Upload the run directory") < names.index("Gate on the verdict")
 
 
-def test_inputs_never_pasted_into_scripts():
-    """`${{ inputs.* }}` inside `run:` is a script-injection hole; it must go through env."""
-    for path in (GPU, CPU, NIGHTLY, SWEEP):
+def test_inputs_and_secrets_never_pasted_into_scripts():
+    """`${{ ... }}` inside `run:` is a script-injection hole; it must go through env."""
+    for path in ALL:
         for job in load(path)["jobs"].values():
             for s in job["steps"]:
                 assert "${{" not in s.get("run", ""), f"{path.name}: {s.get('name')}: expression inside run"
@@ -102,27 +140,56 @@ def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("code", [0, 1, 2, 3])
-def test_run_step_captures_the_exit_code_and_never_fails(tmp_path, code):
-    fake = tmp_path / ".venv" / "bin" / "harness"
-    fake.parent.mkdir(parents=True)
-    fake.write_text(f"#!/bin/sh\necho running \"$@\"\nexit {code}\n")
+def _fake_make(tmp_path: Path, code: int) -> dict[str, str]:
+    """A `make` that prints its arguments and exits `code`, first on PATH."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "make"
+    fake.write_text(f"#!/bin/sh\necho make \"$@\"\nexit {code}\n")
     fake.chmod(0o755)
-    output = tmp_path / "github_output"
-    result = _bash(step(load(GPU), "Run the scenario")["run"], tmp_path,
-                   {"SCENARIO": "scenarios/x.yaml", "GITHUB_OUTPUT": str(output)})
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3])
+def test_run_step_never_fails_the_job_before_publishing(tmp_path, code):
+    env = {**_fake_make(tmp_path, code), "SCENARIO": "scenarios/x.yaml", "SGLANG_VERSION": ""}
+    result = _bash(step(load(GPU), "make scenario-run", "regression")["run"], tmp_path, env)
     assert result.returncode == 0, result.stderr
-    assert "running run scenarios/x.yaml" in result.stdout
-    assert output.read_text().splitlines() == [f"exit_code={code}"]
+    assert "make scenario-run SCENARIO=scenarios/x.yaml RUN_ARGS=" in result.stdout
+
+
+def test_run_step_passes_a_version_and_refuses_anything_else(tmp_path):
+    run = step(load(GPU), "make scenario-run", "regression")["run"]
+    env = {**_fake_make(tmp_path, 0), "SCENARIO": "scenarios/x.yaml"}
+    ok = _bash(run, tmp_path, {**env, "SGLANG_VERSION": "0.5.24rc1"})
+    assert "RUN_ARGS=--set server.sglang_version=0.5.24rc1" in ok.stdout
+    bad = _bash(run, tmp_path, {**env, "SGLANG_VERSION": "0.5; rm -rf /"})
+    assert bad.returncode != 0 and "not a version" in bad.stdout
+
+
+def test_install_step_installs_a_checked_out_ref_as_a_path(tmp_path):
+    install = step(load(GPU), "make sglang-install", "regression")["run"]
+    env = {**_fake_make(tmp_path, 0), "SCENARIO": "s.yaml", "SGLANG_SPEC": "", "SGLANG_PATH": ""}
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "harness").write_text("#!/bin/sh\necho harness \"$@\"\n")
+    (tmp_path / ".venv" / "bin" / "harness").chmod(0o755)
+    by_ref = _bash(install, tmp_path, {**env, "SGLANG_REF": "abc123"})
+    assert "make sglang-install SGLANG_PATH=.sglang-src SGLANG_REF= SGLANG_SPEC=" in by_ref.stdout
+    by_spec = _bash(install, tmp_path, {**env, "SGLANG_REF": "", "SGLANG_SPEC": "sglang==0.5.23"})
+    assert by_spec.stdout.splitlines()[0] == "make sglang-install"  # SGLANG_SPEC reaches make through the environment
+    assert "harness validate s.yaml" in by_spec.stdout
 
 
 @pytest.mark.parametrize(
     ("code", "job_fails", "annotation"),
     [("0", False, None), ("1", True, "::error title=harness: FAIL::"), ("3", False, "::warning title=harness: INCONCLUSIVE::"),
-     ("2", True, "::error title=harness: no verdict::"), ("", True, "::error title=harness: no verdict::")],
+     ("2", True, "::error title=harness: no verdict::"), (None, True, "::error title=harness: no verdict::")],
 )
 def test_gate_step_fails_on_fail_and_warns_on_inconclusive(tmp_path, code, job_fails, annotation):
-    result = _bash(step(load(GPU), "Gate on the verdict")["run"], tmp_path, {"EXIT_CODE": code})
+    if code is not None:
+        (tmp_path / "reports").mkdir()
+        (tmp_path / "reports" / "run-exit-code").write_text(code + "\n")
+    result = _bash(step(load(GPU), "Gate on the verdict", "regression")["run"], tmp_path, {})
     assert (result.returncode != 0) == job_fails
     if annotation:
         assert result.stdout.startswith(annotation)
@@ -130,72 +197,82 @@ def test_gate_step_fails_on_fail_and_warns_on_inconclusive(tmp_path, code, job_f
         assert "::" not in result.stdout
 
 
-def test_rundir_step_resolves_the_latest_link(tmp_path):
-    run_dir = tmp_path / "reports" / "runs" / "20260101-000000-x"
-    run_dir.mkdir(parents=True)
-    (tmp_path / "reports" / "latest").symlink_to("runs/20260101-000000-x")
-    output = tmp_path / "github_output"
-    result = _bash(step(load(GPU), "Locate the run directory")["run"], tmp_path, {"GITHUB_OUTPUT": str(output)})
-    assert result.returncode == 0
-    assert output.read_text().strip() == f"path={run_dir}"
-
-
-def test_cpu_workflow_runs_make_test():
+def test_cpu_workflow_runs_ci_run_with_a_pip_cache_and_a_concurrency_group():
     wf = load(CPU)
     assert "pull_request" in wf["on"] and "push" in wf["on"]
-    job = wf["jobs"]["test"]
+    assert wf["concurrency"]["group"] == "cpu-tests-${{ github.ref }}"
+    (job,) = wf["jobs"].values()
     assert job["runs-on"] == "ubuntu-latest"
-    assert any("make test" in s.get("run", "") for s in job["steps"])
+    setup = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python@"))
+    assert setup["with"]["cache"] == "pip" and setup["with"]["python-version"] == "3.11"
+    # the same script as CI elsewhere: lint, tests, the real server, the workflow targets
+    assert [s.get("run") for s in job["steps"] if "run" in s] == [".ci/run"]
+    ci_run = (REPO / ".ci" / "run").read_text()
+    for command in ("make lint", "make test", "make sglang-cpu", "make sglang-install SGLANG_DEVICE=cpu",
+                    "make scenario-run", "make report", "make history-ingest", "make history-report"):
+        assert command in ci_run, command
     assert "download.pytorch.org/whl/cpu" in job["env"]["PIP_EXTRA_INDEX_URL"]
 
 
-# ---- the nightly matrix and its history job -----------------------------------------------------
+# ---- the runner matrix ----------------------------------------------------------------------------
+
+
+def _matrix(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", "scenario-info", "--github-matrix", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_nightly_runs_each_scenario_only_where_its_hardware_is():
+    wf = load(NIGHTLY)
+    scenarios = wf["env"]["NIGHTLY_SCENARIOS"].split()
+    assert "scenarios/sglang_kimi_k25_nvfp4_tp4_eagle3.yaml" in scenarios
+    include = _matrix(*scenarios)["include"]
+    by_scenario: dict[str, set[str]] = {}
+    for entry in include:
+        by_scenario.setdefault(entry["name"], set()).add(entry["runner"])
+        assert entry["runs_on"] == ["self-hosted", "linux", "gpu", entry["runner"]]
+    # NVFP4 needs Blackwell: never a Hopper runner
+    assert by_scenario["sglang_kimi_k25_nvfp4_tp4_eagle3"] == {"b200", "b300"}
+    assert "h100" in by_scenario["sglang_llama31_8b_eagle3_topk1"]
+    # every label a GPU scenario can ask for is one actionlint knows (.github/actionlint.yaml)
+    known = set(yaml.safe_load((REPO / ".github" / "actionlint.yaml").read_text())["self-hosted-runner"]["labels"])
+    gpu_scenarios = [str(p.relative_to(REPO)) for p in sorted((REPO / "scenarios").glob("*.yaml"))]
+    for entry in _matrix(*gpu_scenarios)["include"]:
+        if entry["accelerator"] != "cpu":
+            assert set(entry["runs_on"]) - {"self-hosted", "linux"} <= known, entry
 
 
 def test_nightly_fans_out_and_collects():
     wf = load(NIGHTLY)
     assert "schedule" in wf["on"] and "workflow_dispatch" in wf["on"]
     run = wf["jobs"]["run"]
-    matrix = run["strategy"]["matrix"]
     assert run["strategy"]["fail-fast"] is False
-    assert matrix["scenario"] and matrix["runner"]
-    for scenario in matrix["scenario"]:
-        assert (REPO / scenario).exists(), scenario
-    assert run["runs-on"][:3] == ["self-hosted", "linux", "gpu"] and "${{ matrix.runner }}" in run["runs-on"]
+    assert run["needs"] == "plan" and run["runs-on"] == "${{ matrix.runs_on }}"
     upload = step(wf, "Upload the run directory", "run")
     assert upload["if"] == "always()" and upload["with"]["path"] == "reports/runs"
-    assert "harness run \"$SCENARIO\" --out reports/runs" in step(wf, "Run the scenario", "run")["run"]
     history = wf["jobs"]["history"]
     assert history["needs"] == "run" and history["if"] == "always()"
     download = step(wf, "Download the run directories", "history")
     assert download["uses"].startswith("actions/download-artifact@") and download["with"]["pattern"] == "harness-run-*"
     names = [s.get("name") for s in history["steps"]]
-    assert names.index("Ingest the runs") < names.index("Find the change points and build the trend page") \
+    assert names.index("make history-ingest") < names.index("make history-report") \
         < names.index("Upload the trend page") < names.index("Gate on the history")
-    for name in ("Upload the trend page", "Gate on the history", "Save the history database"):
-        assert step(wf, name, "history")["if"].startswith("always()")
-
-
-def _artifact_name(scenario: str, runner: str) -> str:
-    wf = load(NIGHTLY)
-    output = Path(os.environ.get("TMPDIR", "/tmp")) / f"nightly-name-{os.getpid()}"
-    done = _bash(step(wf, "Name the artifact", "run")["run"], REPO,
-                 {"SCENARIO": scenario, "RUNNER_LABEL": runner, "GITHUB_RUN_ID": "42", "GITHUB_RUN_ATTEMPT": "1",
-                  "GITHUB_OUTPUT": str(output)})
-    assert done.returncode == 0, done.stderr
-    text = output.read_text().strip()
-    output.unlink()
-    return text.split("=", 1)[1]
+    for name in ("Upload the trend page", "Gate on the history"):
+        assert step(wf, name, "history")["if"] == "always()"
+    # durable history: the database named by the secret, no Actions cache
+    assert step(wf, "make history-ingest", "history")["env"]["HARNESS_HISTORY_DB"] == "${{ secrets.HARNESS_HISTORY_DB }}"
+    assert "actions/cache" not in NIGHTLY.read_text()
 
 
 @pytest.mark.slow
 def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
-    """The history job's own shell steps, run with the real harness on artifacts laid out as
-    download-artifact lays them out (artifacts/<artifact name>/<run directory>/)."""
+    """The history job's own shell steps, with the real Makefile and harness, on artifacts laid out
+    as download-artifact lays them out (artifacts/<artifact name>/<run directory>/)."""
     from history_helpers import series_run
 
-    name = _artifact_name("scenarios/sglang_llama31_8b_eagle3_topk1.yaml", "h100")
-    assert name == "harness-run-sglang_llama31_8b_eagle3_topk1-h100-42-1"
+    name = "harness-run-sglang_llama31_8b_eagle3_topk1-h100-42-1"
     for i in range(1, 13):
         run = series_run(tmp_path / "made", i, base_tpot=20.0, cand_tpot=15.0 if i < 7 else 19.5)
         target = tmp_path / "artifacts" / f"{name[:-5]}-{i}-1" / run.name
@@ -205,25 +282,29 @@ def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
     harness.parent.mkdir(parents=True)
     harness.write_text(f"#!/bin/sh\nexec {sys.executable} -m harness.commands.cli \"$@\"\n")
     harness.chmod(0o755)
+    (tmp_path / "Makefile").write_text(f"include {REPO}/Makefile\n")
     wf = load(NIGHTLY)
-    env = {"PYTHONPATH": str(REPO), "HARNESS_MAX_REGRESSION": "0.05", "GITHUB_OUTPUT": str(tmp_path / "out"),
-           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "HARNESS_HISTORY_DB": ""}
-    ingest = _bash(step(wf, "Ingest the runs", "history")["run"], tmp_path, env)
+    env = {"PYTHONPATH": str(REPO), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "HARNESS_HISTORY_DB": ""}
+    ingest = _bash(step(wf, "make history-ingest", "history")["run"], tmp_path, env)
     assert ingest.returncode == 0, ingest.stderr
+    assert "::warning title=harness history: not durable::" in ingest.stdout
     assert "12 runs: 12 added" in ingest.stdout and (tmp_path / "reports" / "history.sqlite").exists()
-    report = _bash(step(wf, "Find the change points and build the trend page", "history")["run"], tmp_path, env)
+    report = _bash(step(wf, "make history-report", "history")["run"], tmp_path, env)
     assert report.returncode == 0, report.stderr
-    assert (tmp_path / "out").read_text().splitlines() == ["exit_code=1"]
+    assert (tmp_path / "reports" / "history.exit-code").read_text().strip() == "1"
     assert "REGRESSION  planted · candidate · tpot_ms" in report.stdout
-    assert (tmp_path / "history-page" / "index.html").exists()
-    assert "gate: FAIL" in (tmp_path / "summary.md").read_text()
-    gate = _bash(step(wf, "Gate on the history", "history")["run"], tmp_path, {"EXIT_CODE": "1"})
+    assert (tmp_path / "reports" / "history" / "index.html").exists()
+    assert "REGRESSION" in (tmp_path / "summary.md").read_text()
+    gate = _bash(step(wf, "Gate on the history", "history")["run"], tmp_path, {})
     assert gate.returncode == 1 and gate.stdout.startswith("::error title=harness history: regression::")
 
 
-@pytest.mark.parametrize(("code", "job_fails"), [("0", False), ("1", True), ("3", False), ("2", True), ("", True)])
+@pytest.mark.parametrize(("code", "job_fails"), [("0", False), ("1", True), ("3", False), ("2", True), (None, True)])
 def test_nightly_gate(tmp_path, code, job_fails):
-    gate = _bash(step(load(NIGHTLY), "Gate on the history", "history")["run"], tmp_path, {"EXIT_CODE": code})
+    if code is not None:
+        (tmp_path / "reports").mkdir()
+        (tmp_path / "reports" / "history.exit-code").write_text(code + "\n")
+    gate = _bash(step(load(NIGHTLY), "Gate on the history", "history")["run"], tmp_path, {})
     assert (gate.returncode != 0) == job_fails
 
 
@@ -250,9 +331,11 @@ def test_release_sweep_workflow_runs_the_sweep_and_keeps_everything():
     wf = load(SWEEP)
     inputs = wf["on"]["workflow_dispatch"]["inputs"]
     assert (REPO / inputs["scenario"]["default"]).exists()
-    sweep = step(wf, "Sweep the releases")["run"]
-    assert '--sglang-releases "$RELEASES" --environments target' in sweep and "exit 0" in sweep
-    upload = step(wf, "Upload the sweep and the trend page")
+    sweep = step(wf, "Sweep the releases", "sweep")
+    assert '--sglang-releases "$RELEASES" --environments target' in sweep["run"]
+    assert sweep["env"]["HARNESS_HISTORY_DB"] == "${{ secrets.HARNESS_HISTORY_DB }}"
+    assert wf["jobs"]["sweep"]["runs-on"] == "${{ matrix.runs_on }}"
+    upload = step(wf, "Upload the sweep and the trend page", "sweep")
     assert upload["if"] == "always()" and "reports/sweeps" in upload["with"]["path"]
     names = [s.get("name") for s in wf["jobs"]["sweep"]["steps"]]
     assert names.index("Sweep the releases") < names.index("Upload the sweep and the trend page") < names.index(
@@ -261,5 +344,47 @@ def test_release_sweep_workflow_runs_the_sweep_and_keeps_everything():
 
 @pytest.mark.parametrize("code, job_fails", [(0, False), (3, True), (2, True), (130, True)])
 def test_release_sweep_gate(tmp_path, code, job_fails):
-    done = _bash(step(load(SWEEP), "Fail when fewer than two releases ran")["run"], tmp_path, {"EXIT_CODE": str(code)})
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "sweep-exit-code").write_text(f"{code}\n")
+    done = _bash(step(load(SWEEP), "Fail when fewer than two releases ran", "sweep")["run"], tmp_path, {})
     assert (done.returncode != 0) == job_fails
+
+
+def test_make_targets_of_the_workflows_dry_run():
+    """What the workflows and .ci/run ask of make, as make would run it (make -n: nothing runs)."""
+    def dry(*args: str) -> str:
+        proc = subprocess.run(["make", "-n", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert "harness.sglang_cpu.install --prefix .sglang-cpu --sglang 'dl/folder'" in dry(
+        "sglang-install", "SGLANG_DEVICE=cpu", "SGLANG_PATH=dl/folder")
+    assert "--sglang 'sglang>=0.5.23'" in dry("sglang-install", "SGLANG_DEVICE=cpu", "SGLANG_SPEC=sglang>=0.5.23")
+    assert 'SGLANG_REF="v0.5.23"' in dry("sglang-install", "SGLANG_REF=v0.5.23") and "scripts/install_sglang_gpu.sh" in dry(
+        "sglang-install")
+    assert "harness report x/latest --step-summary" in dry("report", "RUNS=x/runs")
+    assert "harness report out/latest" in dry("report", "RUNS=out")
+    assert "harness history ingest x/runs --db h.sqlite" in dry("history-ingest", "RUNS=x/runs", "HISTORY_DB=h.sqlite")
+    assert "echo $status > r/code" in dry("scenario-run", "RUN_STATUS=r/code", "-o", ".venv/.installed-run")
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"SGLANG_REF": "main", "SGLANG_SPEC": "sglang==0.5.23"}, "give one of SGLANG_REF, SGLANG_SPEC, SGLANG_PATH (got 2)"),
+    ({"SGLANG_PATH": "/no/such/sglang"}, "SGLANG_PATH /no/such/sglang does not exist"),
+])
+def test_the_gpu_installer_refuses_bad_sources_before_installing_anything(tmp_path, env, message):
+    venv = tmp_path / "venv"
+    done = subprocess.run([str(REPO / "scripts" / "install_sglang_gpu.sh")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "VENV": str(venv), "SGLANG_REF": "", "SGLANG_SPEC": "", "SGLANG_PATH": "", **env})
+    assert done.returncode == 2 and message in done.stderr
+    assert not venv.exists()
+
+
+@pytest.mark.parametrize("workflow", [GPU, SWEEP], ids=lambda p: p.name)
+def test_plan_step_refuses_inputs_that_are_not_paths_or_labels(tmp_path, workflow):
+    run = step(load(workflow), "make runner-matrix", "plan")["run"]
+    env = {**_fake_make(tmp_path, 0), "GITHUB_OUTPUT": str(tmp_path / "out")}
+    ok = _bash(run, tmp_path, {**env, "SCENARIO": "scenarios/a.yaml", "RUNNER": "h200"})
+    assert ok.returncode == 0 and (tmp_path / "out").read_text().startswith("matrix=make -s runner-matrix")
+    bad = _bash(run, tmp_path, {**env, "SCENARIO": "$(shell id)", "RUNNER": ""})
+    assert bad.returncode != 0 and "not a scenario path or runner label" in bad.stdout

@@ -18,6 +18,7 @@ from harness.errors import EXIT_BAD_INPUT, HarnessInputError, one_line
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("harness.commands.validate", "check scenario files (FILE:LINE: field: problem)"),
+    "scenario-info": ("harness.commands.scenario_info", "the machine each scenario needs and its CI runner labels (a job matrix)"),
     "run": ("harness.commands.run", "run a scenario: both variants, workload, profiler, trace analysis, then the checks"),
     "analyze": ("harness.commands.analyze", "count kernels (or CPU ops) per CUDA graph launch and region in traces"),
     "check": ("harness.commands.check", "evaluate a stored run's rules: PASS / FAIL / INCONCLUSIVE (exit 0 / 1 / 3)"),

@@ -7,6 +7,10 @@
 - `models/`: the tiny target and EAGLE draft (`harness.sglang_cpu.tiny_models`);
 - `installed.json`: what was installed, written last. While it matches the requirement files and
   the model builder, running again only checks (about a second).
+
+`--sglang SPEC_OR_PATH` installs SGLang from elsewhere than the registry's `sglang==0.5.23` (a pip
+spec, a wheel, a folder holding one, an unpacked sdist, or an SGLang checkout, whose `python/` is the
+project): the GPU workflows' `make sglang-install SGLANG_SPEC=... | SGLANG_PATH=...` on a CPU.
 Nothing here touches the harness's own environment. Standard library only.
 """
 
@@ -60,10 +64,36 @@ def read_stamp(prefix: Path) -> dict | None:
     return read_json_stamp(prefix / STAMP)
 
 
-def is_current(prefix: Path) -> bool:
+def is_current(prefix: Path, sglang_source: str | None = None) -> bool:
+    """Built, from these requirement files and models; from `sglang_source` too where one is asked for
+    (None: whatever SGLang was installed, as the tests ask)."""
     stamp = read_stamp(prefix)
     return (stamp is not None and venv_python(prefix).exists()
-            and all(stamp.get(k) == v for k, v in expected_stamp().items()))
+            and all(stamp.get(k) == v for k, v in expected_stamp().items())
+            and (sglang_source is None or stamp.get("sglang_source", DEFAULT_SGLANG_SOURCE) == sglang_source))
+
+
+DEFAULT_SGLANG_SOURCE = f"sglang=={SGLANG_VERSION}"
+
+
+def sglang_requirement(source: str) -> list[str]:
+    """pip arguments that install SGLang from `source`: a pip spec, a wheel or sdist file, a folder
+    holding one wheel (what `pip download --no-deps sglang==X` leaves), a project folder (an
+    unpacked sdist), or an SGLang checkout (its project is `python/`)."""
+    path = Path(source)
+    if not path.exists():
+        return [source]  # a pip spec (sglang==0.5.23, a URL, git+https://...)
+    if path.is_file():
+        return [str(path.resolve())]
+    if (path / "python" / "pyproject.toml").is_file():
+        return ["-e", str((path / "python").resolve())]
+    if (path / "pyproject.toml").is_file() or (path / "setup.py").is_file():
+        return [str(path.resolve())]
+    wheels = sorted(path.glob("sglang-*.whl"))
+    if len(wheels) == 1:
+        return [str(wheels[0].resolve())]
+    raise InstallError(f"--sglang {source}: a folder with no SGLang project (python/pyproject.toml or pyproject.toml) "
+                       f"and {len(wheels)} sglang-*.whl files in it (need exactly one)")
 
 
 def _run(step: str, argv: list[str], *, env: dict[str, str] | None = None) -> str:
@@ -81,7 +111,7 @@ def _run(step: str, argv: list[str], *, env: dict[str, str] | None = None) -> st
     return proc.stdout
 
 
-def install(prefix: Path, *, python: str = sys.executable) -> dict:
+def install(prefix: Path, *, python: str = sys.executable, sglang_source: str = DEFAULT_SGLANG_SOURCE) -> dict:
     prefix = Path(os.path.abspath(prefix))
     py = venv_python(prefix)
     pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
@@ -89,13 +119,17 @@ def install(prefix: Path, *, python: str = sys.executable) -> dict:
         _run("virtual environment", [python, "-m", "venv", str(prefix / "venv")])
     _run(f"{TORCH_SPEC} (CPU)", [*pip, TORCH_SPEC])
     _run(f"sglang=={SGLANG_VERSION} and friends without their dependencies", [*pip, "--no-deps", "-r", str(REQUIREMENTS_NO_DEPS)])
+    if sglang_source != DEFAULT_SGLANG_SOURCE:
+        # over the registry's: the same pins around it, so only SGLang's own code differs
+        _run(f"sglang from {sglang_source} without its dependencies",
+             [*pip, "--no-deps", "--force-reinstall", *sglang_requirement(sglang_source)])
     _run("what they import (requirements.txt)", [*pip, "-r", str(REQUIREMENTS)])
     env = {**os.environ, "PYTHONPATH": str(SOURCE_ROOT), "PYTHONNOUSERSITE": "1"}
     code = "import harness.sglang_cpu.shims\n" + "".join(f"import {m}\n" for m in SMOKE_IMPORTS)
     _run("import check (sglang with the CPU shims)", [str(py), "-c", code], env=env)
     models = prefix / "models"
     out = _run("tiny models", [str(py), "-m", "harness.sglang_cpu.tiny_models", str(models)], env=env)
-    stamp = {**expected_stamp(), "models": json.loads(out.strip().splitlines()[-1]),
+    stamp = {**expected_stamp(), "sglang_source": sglang_source, "models": json.loads(out.strip().splitlines()[-1]),
              "python": str(py), "installed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (prefix / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     return stamp
@@ -108,13 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--release", action="append", default=[], metavar="X",
                         help="also prepare SGLang release X's environment (harness.sglang_cpu.releases; repeatable), "
                              "then check that its EAGLE worker imports with the shims")
+    parser.add_argument("--sglang", metavar="SPEC_OR_PATH", default=DEFAULT_SGLANG_SOURCE,
+                        help=f"where SGLang comes from (default {DEFAULT_SGLANG_SOURCE}): a pip spec, a wheel, a folder "
+                        "with one wheel, an unpacked sdist or an SGLang checkout; installed without its dependencies")
     args = parser.parse_args(argv)
-    if not args.force and is_current(args.prefix):
+    if not args.force and is_current(args.prefix, args.sglang):
         print(f"sglang-cpu: {args.prefix / STAMP} is current (sglang {SGLANG_VERSION}, models built); nothing to do")
     else:
         started = time.monotonic()
         try:
-            stamp = install(args.prefix)
+            stamp = install(args.prefix, sglang_source=args.sglang)
         except InstallError as exc:
             print(f"sglang-cpu: {exc}", file=sys.stderr)
             return 1
