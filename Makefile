@@ -36,10 +36,12 @@ $(RUN_STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Static checks: ruff over the Python trees, mypy over harness/ (its `files`).
+# Static checks: ruff over the Python trees, mypy over harness/ (its `files`), and the committed JSON
+# Schemas (scenarios/, docs/schemas/) against the models they are generated from.
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/json_schemas.py --check
 
 # The suite on two workers, a test file per worker at a time (its module fixtures are set up once),
 # without the tests of the real SGLang server (their own target: they need the whole machine).
