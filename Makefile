@@ -38,12 +38,14 @@ $(RUN_STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Static checks: ruff over the Python trees, mypy over harness/ (its `files`), and the workflows:
+# Static checks: ruff over the Python trees, mypy over harness/ (its `files`), the committed JSON
+# Schemas (scenarios/, docs/schemas/) against the models they are generated from, and the workflows:
 # actionlint (expressions, runner labels: .github/actionlint.yaml) and zizmor (security: pins,
 # permissions, injection; .github/zizmor.yml), offline: it asks no network (CI reaches registries only).
 lint: $(STAMP)
 	$(BIN)/ruff check harness tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/json_schemas.py --check
 	$(BIN)/actionlint -config-file .github/actionlint.yaml .github/workflows/*.yml
 	$(BIN)/zizmor --offline --config .github/zizmor.yml .github/workflows
 

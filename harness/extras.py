@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "micro": ("torch", "fastapi", "uvicorn"),  # the built-in micro engine's server
     "report": ("matplotlib", "jinja2"),  # the HTML pages: the run report, the trend page, the bisection page
     "history": ("sqlalchemy",),  # the results database
+    "parquet": ("pyarrow",),  # `harness history export --format parquet`
 }
 
 

@@ -24,7 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("harness.commands.check", "evaluate a stored run's rules: PASS / FAIL / INCONCLUSIVE (exit 0 / 1 / 3)"),
     "compare": ("harness.commands.compare", "compare two stored runs of one scenario (e.g. yesterday's and today's)"),
     "report": ("harness.commands.report", "rebuild a run's report: index.html, junit.xml, summary.md"),
-    "history": ("harness.commands.history", "results database across runs: ingest runs; change points and the trend page"),
+    "history": ("harness.commands.history", "results database across runs: ingest runs; change points and the trend page; export for dashboards"),
     "sweep": ("harness.commands.sweep", "run the candidate at each SGLang release of a range: history points, change points explained"),
     "bisect": ("harness.commands.bisect", "find the commit (or SGLang release) at which the scenario's rules' verdict changed"),
 }

@@ -1,9 +1,10 @@
-"""`harness history ingest|report`: the results database across runs, change points, the trend page.
+"""`harness history ingest|report|export`: the results database across runs, change points, the trend page.
 
 `ingest RUN_DIR_OR_ROOT...` loads run directories (or folders of them) into the database; `report`
 finds the change points of every series and writes the trend page (or prints the facts with --json),
 exiting 1 when the newest change point of a series is a regression beyond --max-regression, 3 when
-the database holds no complete run.
+the database holds no complete run; `export` writes the database as one tidy table (CSV or Parquet)
+for dashboards.
 """
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report.add_argument("--scenario", action="append", metavar="NAME", dest="scenarios",
                         help="only this scenario's runs (repeatable; default every scenario)")
 
+    export = sub.add_parser("export", help="the database as one tidy table (CSV or Parquet) for dashboards",
+                            description="Write one row per run, per run x variant x metric (the samples' count, "
+                                        "median, mean, min, max) and per run x rule (verdict, reason, ratio and "
+                                        "interval), each with its run's columns; docs/history.md lists them.")
+    export.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    export.add_argument("--format", choices=("csv", "parquet"), default="csv",
+                        help="csv (default) or parquet (needs the [parquet] extra)")
+    export.add_argument("--out", metavar="FILE", help="where to write it (default: CSV to stdout; Parquet needs a FILE)")
+
 
 def run(args: argparse.Namespace) -> int:
     from harness.extras import require_extras
@@ -73,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     if args.history_command == "ingest":
         require_extras("history")
         return _ingest(args)
+    if args.history_command == "export":
+        require_extras("history", *(("parquet",) if args.format == "parquet" else ()))
+        return _export(args)
     require_extras("history", "report")  # the trend page
     return _report(args)
 
@@ -101,6 +114,24 @@ def _ingest(args: argparse.Namespace) -> int:
     print(f"{len(outcomes)} runs: {actions['added']} added, {actions['updated']} updated, {actions['unchanged']} "
           f"unchanged; {statuses['complete']} complete, {statuses['incomplete']} incomplete, {statuses['damaged']} "
           f"damaged. Database {display_url(str(engine.url))}: {counts['runs']} runs, {counts['samples']} samples.")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from harness.errors import HarnessInputError
+    from harness.history.export import existing_database, export_table, write_table
+
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():
+        raise HarnessInputError(f"--out {args.out}: no such directory {out.parent}")
+    table = export_table(existing_database(args.db))
+    write_table(table, args.format, out)
+    if out is not None:  # stdout holds the CSV otherwise
+        runs = int((table["record"] == "run").sum())
+        print(f"{len(table)} rows ({runs} runs) written to {out}", file=sys.stderr)
     return 0
 
 

@@ -1,21 +1,31 @@
-"""`harness validate FILE...`: check scenario files without running anything."""
+"""`harness validate FILE...`: check scenario files without running anything. `--schema [NAME]` prints
+the JSON Schema of scenario files, or of a run directory's results.json / analysis.json."""
 
 from __future__ import annotations
 
 import argparse
 
+SCHEMA_NAMES = ("scenario", "results", "analysis")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", metavar="FILE", help="scenario YAML files")
-    parser.add_argument("--schema", action="store_true", help="print the JSON Schema of scenario files and exit")
+    parser.add_argument("--schema", nargs="?", const="scenario", choices=SCHEMA_NAMES, metavar="NAME",
+                        help="print a JSON Schema and exit: of scenario files (the default), or of a run directory's "
+                             "results.json or analysis.json (NAME: scenario, results, analysis)")
 
 
 def run(args: argparse.Namespace) -> int:
     from harness.errors import HarnessInputError
     from harness.scenario import load_scenario, scenario_json_schema
 
-    if args.schema:
+    if args.schema == "scenario":
         print(scenario_json_schema())
+        return 0
+    if args.schema:
+        from harness.rundir.schemas import record_json_schema
+
+        print(record_json_schema(args.schema))
         return 0
     if not args.files:
         raise HarnessInputError("give at least one scenario FILE (or --schema)")

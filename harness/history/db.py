@@ -28,7 +28,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, ProgrammingError
 
 from harness.errors import HarnessInputError
 
@@ -222,6 +222,9 @@ def _create_schema(engine: Engine, url: str) -> None:
                 raise HarnessInputError(f"--db {display_url(url)}: cannot open the database "
                                         f"({str(exc.orig).strip().splitlines()[0] if exc.orig else exc})") from None
             time.sleep(0.2 * (attempt + 1))
+        except DatabaseError as exc:  # not a database at all (SQLite: "file is not a database"): no retry helps
+            raise HarnessInputError(f"--db {display_url(url)}: cannot open the database "
+                                    f"({str(exc.orig).strip().splitlines()[0] if exc.orig else exc})") from None
     assert found is not None  # the loop breaks with it read or written, or raises on the last attempt
     if int(found) > SCHEMA_VERSION:
         raise HarnessInputError(

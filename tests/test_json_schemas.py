@@ -1,0 +1,92 @@
+"""The committed JSON Schemas of results.json and analysis.json (docs/schemas): current with the models
+they are generated from, and true of real run directories (a whole GPU run from an H200, a run of the
+micro engine, planted runs evaluated by the real checks), validated with `jsonschema`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from harness.verdict.rules import check_run_dir
+from history_helpers import micro_sweep, series_run
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMAS = REPO / "docs" / "schemas"
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(REPO / "scripts"))
+import json_schemas  # noqa: E402  (scripts/ is not a package)
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def assert_valid(run_dir: Path) -> None:
+    for name in ("results", "analysis"):
+        document = json.loads((run_dir / f"{name}.json").read_text())
+        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator(name).iter_errors(document)]
+        assert errors == [], f"{run_dir.name}/{name}.json: {errors[:5]}"
+
+
+def test_the_committed_schemas_are_current():
+    assert json_schemas.main(["--check"]) == 0, "regenerate: python scripts/json_schemas.py"
+
+
+def test_the_drift_check_names_a_stale_schema(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "results.schema.json"
+    stale.write_text("{}\n")
+    monkeypatch.setattr(json_schemas, "REPO", tmp_path)
+    monkeypatch.setattr(json_schemas, "SCHEMAS", {stale: lambda: json_schemas.record_json_schema("results")})
+    assert json_schemas.main(["--check"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "results.schema.json: differs from the model it is generated from; regenerate: python scripts/json_schemas.py"]
+
+
+def test_validate_prints_each_schema():
+    for name in ("results", "analysis"):
+        done = subprocess.run([sys.executable, "-m", "harness.commands.cli", "validate", "--schema", name], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == (SCHEMAS / f"{name}.schema.json").read_text()
+
+
+def test_a_whole_gpu_run_validates(tmp_path):
+    with tarfile.open(FIXTURES / "run_micro_topk1_gpu_h200.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    run_dir = tmp_path / "micro_topk1_gpu_h200"
+    assert_valid(run_dir)  # as recorded on the H200
+    check_run_dir(run_dir)  # and as this harness's checks write it
+    assert_valid(run_dir)
+
+
+def test_planted_runs_validate(tmp_path):
+    """Every rule kind (kernel counts, accept length, identity, TPOT, explained gain, the A/A noise floor)."""
+    assert_valid(series_run(tmp_path, 1, base_tpot=20.0, cand_tpot=15.0))
+    assert_valid(series_run(tmp_path, 1, base_tpot=20.0, cand_tpot=20.0, aa=True, seed=1))
+
+
+@pytest.mark.slow
+def test_a_micro_engine_run_validates(tmp_path):
+    (run_dir,) = micro_sweep(tmp_path, [True])
+    assert_valid(run_dir)
+
+
+def test_the_schemas_refuse_what_the_models_refuse(tmp_path):
+    run_dir = series_run(tmp_path, 1, base_tpot=20.0, cand_tpot=15.0)
+    results = json.loads((run_dir / "results.json").read_text())
+    results["verdict"] = "MAYBE"
+    del results["rules"][0]["reason"]
+    messages = sorted(e.message for e in validator("results").iter_errors(results))
+    assert messages == ["'MAYBE' is not one of ['PASS', 'FAIL', 'INCONCLUSIVE', 'INFO']", "'reason' is a required property"]
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    trial = next(iter(analysis["trials"].values()))
+    trial["files"][0]["format"] = "perfetto"
+    assert [e.message for e in validator("analysis").iter_errors(analysis)] == ["'perfetto' is not one of ['kineto', 'nsys']"]
