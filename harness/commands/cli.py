@@ -17,6 +17,7 @@ from harness.errors import EXIT_BAD_INPUT, HarnessInputError, one_line
 
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("harness.commands.init", "write the shipped scenarios to DIR/scenarios/ (to edit and run)"),
     "validate": ("harness.commands.validate", "check scenario files (FILE:LINE: field: problem)"),
     "run": ("harness.commands.run", "run a scenario: both variants, workload, profiler, trace analysis, then the checks"),
     "analyze": ("harness.commands.analyze", "count kernels (or CPU ops) per CUDA graph launch and region in traces"),
