@@ -37,6 +37,18 @@ def _link_points_at_package(link: Path) -> bool:
         return False
 
 
+def _remove_dangling_roots(cache: Path) -> None:
+    """Forget the folders of packages that are gone (a removed venv, a test's temporary install)."""
+    try:
+        folders = list(cache.iterdir())
+    except OSError:
+        return
+    for folder in folders:
+        link = folder / "harness"
+        if link.is_symlink() and not link.exists():  # the link is there, its package is not
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _cached_import_root(cache: Path) -> Path:
     """cache/KEY with `harness -> PACKAGE_DIR`, made or repaired if needed; OSError where it cannot be."""
     # One folder per package location: two installs (a venv and a checkout) never share a link.
@@ -44,6 +56,7 @@ def _cached_import_root(cache: Path) -> Path:
     link = root / "harness"
     if _link_points_at_package(link):
         return root
+    _remove_dangling_roots(cache)
     root.mkdir(parents=True, exist_ok=True)
     staged = root / f".harness.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     os.symlink(PACKAGE_DIR, staged, target_is_directory=True)

@@ -85,6 +85,16 @@ def test_an_unwritable_cache_falls_back_to_a_folder_of_the_process_own(tmp_path,
     assert root.name.startswith("harness-import-root-") and (root / "harness").resolve() == PACKAGE_DIR
 
 
+def test_the_roots_of_removed_installs_are_forgotten(tmp_path):
+    gone, kept = tmp_path / "cache" / "gone", tmp_path / "cache" / "kept"
+    for folder in (gone, kept):
+        folder.mkdir(parents=True)
+    (gone / "harness").symlink_to(tmp_path / "removed-venv" / "harness", target_is_directory=True)
+    (kept / "harness").symlink_to(PACKAGE_DIR, target_is_directory=True)
+    root = import_root._cached_import_root(tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(["kept", root.name])
+
+
 # ---- shipped scenarios ---------------------------------------------------------------------------------
 
 
