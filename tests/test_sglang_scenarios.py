@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV, build_server_command
+from harness.import_root import harness_import_root
 from harness.engines.sglang import build_command
 from harness.engines.sglang_versions import ENGINE_OWNED_FLAGS, LAUNCH_MODULE, RENAMED_FLAGS, RESTORE_TOPK1_SOFTMAX_PATCH
 from harness.errors import HarnessInputError
@@ -173,13 +174,15 @@ def test_build_command_argv_and_environment(path, tmp_path):
             *render_args(scenario.server_args(variant)),
         ]
         pythonpath = command.env["PYTHONPATH"].split(os.pathsep)
-        assert str(HARNESS_SOURCE_ROOT) in pythonpath
+        # the harness alone, never the folder that holds it (site-packages after `pip install .`)
+        assert str(harness_import_root()) in pythonpath
+        assert str(HARNESS_SOURCE_ROOT) not in pythonpath
         assert command.env["SGLANG_TORCH_PROFILER_DIR"] == str(profile_dir)
         patches = scenario.variants[variant].patches
         if patches:
             assert command.env[PATCHES_ENV] == ",".join(patches)
             # the bootstrap must come before the harness root and anything inherited
-            assert pythonpath.index(str(PATCH_BOOTSTRAP_DIR)) < pythonpath.index(str(HARNESS_SOURCE_ROOT))
+            assert pythonpath.index(str(PATCH_BOOTSTRAP_DIR)) < pythonpath.index(str(harness_import_root()))
         else:
             assert PATCHES_ENV not in command.env
             assert str(PATCH_BOOTSTRAP_DIR) not in pythonpath

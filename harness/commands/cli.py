@@ -17,6 +17,7 @@ from harness.errors import EXIT_BAD_INPUT, HarnessInputError, one_line
 
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("harness.commands.init", "write the shipped scenarios to DIR/scenarios/ (to edit and run)"),
     "validate": ("harness.commands.validate", "check scenario files (FILE:LINE: field: problem)"),
     "scenario-info": ("harness.commands.scenario_info", "the machine each scenario needs and its CI runner labels (a job matrix)"),
     "run": ("harness.commands.run", "run a scenario: both variants, workload, profiler, trace analysis, then the checks"),

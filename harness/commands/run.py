@@ -45,7 +45,8 @@ def add_set_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
+    parser.add_argument("scenario", metavar="SCENARIO.yaml",
+                        help="the scenario file, or a shipped scenario's name (e.g. micro_topk1)")
     parser.add_argument("--out", metavar="DIR", default="reports/runs", help="where runs go (default: reports/runs)")
     parser.add_argument(
         "--aa", action="store_true", help="A/A run: both arms use the baseline configuration (measures the noise floor)"
@@ -336,8 +337,9 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     from harness.extras import require_extras
     from harness.run.execute import run_scenario
     from harness.scenario import load_scenario
+    from harness.shipped import scenario_path as resolve_scenario
 
-    scenario_path = Path(args.scenario)
+    scenario_path = resolve_scenario(args.scenario)
     scenario = load_scenario(scenario_path, args.overrides)
     if args.repetitions is not None:
         scenario = scenario.model_copy(

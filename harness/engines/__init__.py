@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessInputError
+from harness.import_root import harness_import_root
 from harness.scenario import Scenario
 
-# The directory that holds the `harness` package: put on a server's PYTHONPATH so that another
-# interpreter (an SGLang venv) can import the micro engine and the patch bootstrap.
+# The directory that holds the `harness` package: a source checkout, or site-packages after
+# `pip install .`. Never a server's PYTHONPATH (see harness.import_root); environment.json asks git here.
 HARNESS_SOURCE_ROOT = Path(__file__).resolve().parents[2]
 # A directory with a `sitecustomize.py` that imports the modules named in $HARNESS_PATCHES in
 # every Python process of the server, spawned workers included (SGLang's scheduler runs in a
@@ -50,7 +51,9 @@ def variant_environment(scenario: Scenario, variant: str, *, profile_dir: Path) 
     if spec.patches:
         pythonpath.append(str(PATCH_BOOTSTRAP_DIR))
         env[PATCHES_ENV] = ",".join(spec.patches)
-    pythonpath.append(str(HARNESS_SOURCE_ROOT))
+    # the harness alone, so that another interpreter (an SGLang venv) can import the micro engine and
+    # the patches without this environment's site-packages
+    pythonpath.append(str(harness_import_root()))
     inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *([inherited] if inherited else [])])
     env["SGLANG_TORCH_PROFILER_DIR"] = str(profile_dir)

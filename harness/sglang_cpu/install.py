@@ -25,10 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+from harness.import_root import harness_import_root
 from harness.releases.environments import read_json_stamp
 from harness.sglang_cpu import PACKAGE_DIR, SGLANG_VERSION
 
-SOURCE_ROOT = PACKAGE_DIR.parents[1]  # the directory holding `harness`: on the venv's PYTHONPATH
 REQUIREMENTS = PACKAGE_DIR / "requirements.txt"
 REQUIREMENTS_NO_DEPS = PACKAGE_DIR / "requirements-no-deps.txt"
 TINY_MODELS = PACKAGE_DIR / "tiny_models.py"
@@ -124,7 +124,8 @@ def install(prefix: Path, *, python: str = sys.executable, sglang_source: str = 
         _run(f"sglang from {sglang_source} without its dependencies",
              [*pip, "--no-deps", "--force-reinstall", *sglang_requirement(sglang_source)])
     _run("what they import (requirements.txt)", [*pip, "-r", str(REQUIREMENTS)])
-    env = {**os.environ, "PYTHONPATH": str(SOURCE_ROOT), "PYTHONNOUSERSITE": "1"}
+    # the harness alone on the venv's path, never the harness environment's site-packages
+    env = {**os.environ, "PYTHONPATH": str(harness_import_root()), "PYTHONNOUSERSITE": "1"}
     code = "import harness.sglang_cpu.shims\n" + "".join(f"import {m}\n" for m in SMOKE_IMPORTS)
     _run("import check (sglang with the CPU shims)", [str(py), "-c", code], env=env)
     models = prefix / "models"

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.import_root import harness_import_root
 from harness.releases.environments import (
     Progress,
     ReleaseEnvironment,
@@ -126,7 +127,7 @@ SMOKE_CODE = "import harness.sglang_cpu.shims\n" + "".join(f"import {m}\n" for m
 def import_check(environment: ReleaseEnvironment, timeout: float = 600) -> None:
     """The release's EAGLE worker and HTTP server import with the shims in its environment, or one
     ReleaseUnavailable line with the last error line."""
-    pythonpath = [*environment.pythonpath, str(base_install.SOURCE_ROOT)]
+    pythonpath = [*environment.pythonpath, str(harness_import_root())]
     env = {**os.environ, **environment.env, "PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONNOUSERSITE": "1"}
     try:
         proc = subprocess.run([environment.python, "-c", SMOKE_CODE], capture_output=True, text=True, env=env,
