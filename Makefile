@@ -88,18 +88,26 @@ sglang-cpu-releases: $(RUN_STAMP)
 SGLANG_REF ?=
 SGLANG_SPEC ?=
 SGLANG_PATH ?=
+# where SGLANG_REF is fetched from and into (a fork, or a local repository: .ci/run)
+SGLANG_REPO ?= https://github.com/sgl-project/sglang.git
+SGLANG_SRC ?= .sglang-src
 # gpu: SGLang with its own dependencies (CUDA torch) into $(VENV), then the harness
 # (scripts/install_sglang_gpu.sh); cpu: into $(SGLANG_CPU) as `make sglang-cpu` builds it (SGLang's
-# code from the source given, the pinned CPU dependencies around it; no SGLANG_REF: CI reaches registries only).
+# code from the source given, the pinned CPU dependencies around it).
 SGLANG_DEVICE ?= gpu
 SGLANG_CPU_SOURCE = $(if $(SGLANG_PATH),--sglang '$(SGLANG_PATH)',$(if $(SGLANG_SPEC),--sglang '$(SGLANG_SPEC)'))
 
 sglang-install:
 ifeq ($(SGLANG_DEVICE),cpu)
-	@test -z "$(SGLANG_REF)" || { echo "make sglang-install: SGLANG_REF needs git access to $(or $(SGLANG_REPO),sgl-project/sglang); on a CPU give SGLANG_PATH (a checkout) or SGLANG_SPEC" >&2; exit 2; }
+ifneq ($(SGLANG_REF),)
+	scripts/fetch_sglang_ref.sh '$(SGLANG_REPO)' '$(SGLANG_REF)' '$(SGLANG_SRC)'
+	$(MAKE) sglang-cpu SGLANG_PATH='$(SGLANG_SRC)'
+else
 	$(MAKE) sglang-cpu SGLANG_SPEC='$(SGLANG_SPEC)' SGLANG_PATH='$(SGLANG_PATH)'
+endif
 else
 	PYTHON="$(PYTHON)" VENV="$(VENV)" SGLANG_REF="$(SGLANG_REF)" SGLANG_SPEC="$(SGLANG_SPEC)" SGLANG_PATH="$(SGLANG_PATH)" \
+	  SGLANG_REPO="$(SGLANG_REPO)" SGLANG_SRC="$(SGLANG_SRC)" \
 	  scripts/install_sglang_gpu.sh
 	touch $(RUN_STAMP)
 endif

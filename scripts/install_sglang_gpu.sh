@@ -43,11 +43,7 @@ pip=("$VENV/bin/python" -m pip install --disable-pip-version-check)
 "${pip[@]}" -q --upgrade pip
 
 if [ -n "$SGLANG_REF" ]; then
-  # a shallow fetch of the one ref (a branch, a tag or a commit; pull/N/head for a pull request)
-  rm -rf "$SGLANG_SRC"
-  git init -q "$SGLANG_SRC"
-  git -C "$SGLANG_SRC" fetch -q --depth 1 "$SGLANG_REPO" "$SGLANG_REF"
-  git -C "$SGLANG_SRC" checkout -q --detach FETCH_HEAD
+  scripts/fetch_sglang_ref.sh "$SGLANG_REPO" "$SGLANG_REF" "$SGLANG_SRC"
   SGLANG_PATH="$SGLANG_SRC"
 fi
 
