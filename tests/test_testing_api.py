@@ -152,8 +152,9 @@ def test_the_fixture_profiles_a_live_server_through_start_profile(micro_server, 
     else:
         with pytest.raises(AssertionError, match=f"{url}: .* in DRAFT_DECODE \\(4 spans\\): expected none, found 2 per replay"):
             assert_no_kernel(profile, "softmax", region="DRAFT_DECODE")
-    # the server is free again: a second profile into a fresh directory
-    assert sglang_profile(url, num_steps=2, prompts=["again"], max_new_tokens=8).traces != profile.traces
+    # fewer steps ran than asked for: the profiler is stopped and its trace read all the same
+    short = sglang_profile(url, num_steps=50, prompts=["again"], max_new_tokens=8)
+    assert short.traces != profile.traces and 0 < len(short.count("softmax", region="DRAFT_DECODE")) < 50
 
 
 @pytest.mark.slow
