@@ -95,13 +95,18 @@ def test_bad_input_is_one_line():
         assert "\n" not in str(raised.value)
 
 
-def test_the_plugin_is_an_installed_entry_point_and_loads_only_pytest(pytestconfig):
+def test_the_plugin_is_an_installed_entry_point_and_imports_little(pytestconfig):
     (entry,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "harness"]
     assert entry.value == "harness.pytest_plugin"
     assert pytestconfig.pluginmanager.has_plugin("harness")  # loaded here through that entry point
     # loading it (as pytest does at start-up) imports neither the analysis nor pandas nor httpx
     probe = ("import sys; import harness.pytest_plugin; "
              "print(sorted(m for m in ('harness.testing', 'harness.traces.analysis', 'pandas', 'httpx') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+    # and the API itself needs only the core install (no torch, no server extras)
+    probe = ("import sys; import harness.testing; print(sorted(m for m in "
+             "('torch', 'fastapi', 'uvicorn', 'matplotlib', 'jinja2', 'sqlalchemy') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
 
