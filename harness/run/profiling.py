@@ -25,6 +25,11 @@ TRACE_GLOB = "*.trace.json*"
 # `X.trace.json.gz.tmp`), and such a file left by a server killed while writing is no trace.
 TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 POLL_S = 0.25
+# After the profiled requests, how long the server gets to finish writing traces by itself (it
+# stops after num_steps) before the harness asks it to stop (at most trace_timeout_s). Short:
+# a server that is still writing answers /stop_profile with "not profiling", and the harness then
+# waits for the files (up to trace_timeout_s); one that ran fewer steps waits for nothing.
+TRACE_SELF_STOP_WAIT_S = 2.0
 
 
 class ProfilingError(Exception):
@@ -119,3 +124,18 @@ def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5
             found = ", ".join(p.name + ("" if trace_is_complete(p) else " (truncated)") for p in paths) or "none"
             raise ProfilingError(f"no complete trace file in {output_dir} after {now - since:.0f} s (found: {found})")
         time.sleep(POLL_S)
+
+
+def collect_traces(base_url: str, output_dir: Path, *, trace_timeout_s: float, stop_timeout_s: float) -> list[Path]:
+    """The complete trace files of a profile started with `num_steps`, once the profiled requests are
+    done: the server's own stop after `num_steps`, or else POST /stop_profile (fewer steps ran) and
+    wait. Raises ProfilingError when no complete trace is there within `trace_timeout_s`."""
+    started = time.monotonic()
+    try:
+        return wait_for_traces(output_dir, timeout_s=min(TRACE_SELF_STOP_WAIT_S, trace_timeout_s))
+    except ProfilingError:
+        pass
+    # Fewer forward steps than num_steps ran: the profiler is still on. Stop it.
+    stop_profile(base_url, timeout_s=stop_timeout_s)
+    left = trace_timeout_s - (time.monotonic() - started)
+    return wait_for_traces(output_dir, timeout_s=max(left, 1.0), waiting_since=started)

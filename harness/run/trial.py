@@ -24,10 +24,9 @@ from harness.run.plan import Trial, block_size, profiled_request_count
 from harness.run.profiling import (
     TRACE_SUFFIXES,
     ProfilingError,
+    collect_traces,
     start_profile,
-    stop_profile,
     trace_files,
-    wait_for_traces,
 )
 from harness.run.server import export_nsys_sqlite
 from harness.run.workload import RequestLog, first_failed, send_requests, summarize
@@ -36,12 +35,6 @@ from harness.scenario import Scenario
 
 if TYPE_CHECKING:
     from harness.run.execute import RunProgress
-
-# After the profiled requests, how long the server gets to finish writing traces by itself (it
-# stops after num_steps) before the harness asks it to stop (at most profile.trace_timeout_s). Short:
-# a server that is still writing answers /stop_profile with "not profiling", and the harness then
-# waits for the files (up to trace_timeout_s); one that ran fewer steps waits for nothing.
-TRACE_SELF_STOP_WAIT_S = 2.0
 
 
 @dataclass
@@ -210,16 +203,8 @@ class TrialRunner:
         spec = self.scenario.profile
         if not {"CPU", "GPU"} & set(spec.activities):
             return  # e.g. CUDA_PROFILER alone: nsys records, the torch profiler writes no trace
-        started = time.monotonic()
-        try:
-            wait_for_traces(self.profile_dir, timeout_s=min(TRACE_SELF_STOP_WAIT_S, spec.trace_timeout_s))
-            return
-        except ProfilingError:
-            pass
-        # Fewer forward steps than num_steps ran: the profiler is still on. Stop it.
-        stop_profile(url, timeout_s=min(spec.trace_timeout_s, self.scenario.server.request_timeout_s))
-        left = spec.trace_timeout_s - (time.monotonic() - started)
-        wait_for_traces(self.profile_dir, timeout_s=max(left, 1.0), waiting_since=started)
+        collect_traces(url, self.profile_dir, trace_timeout_s=spec.trace_timeout_s,
+                       stop_timeout_s=min(spec.trace_timeout_s, self.scenario.server.request_timeout_s))
 
     def _export_nsys(self, outcome: TrialOutcome) -> None:
         try:

@@ -12,14 +12,14 @@ import re
 import shutil
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from harness.traces.analysis import TraceAnalysis, analyze_traces
 from harness.traces.counting import GRAPH_MODE_NOTE
-from harness.traces.patterns import DEFAULT_COUNT_PATTERNS, named_pattern
+from harness.traces.patterns import DEFAULT_COUNT_PATTERNS, NamedPattern, named_pattern
 from harness.traces.regions import NO_REGION, RegionTable
 
 # the name a pattern given as a regex is counted under
@@ -84,29 +84,45 @@ def count_in_graph_replays(
     Raises CountUnavailable where the trace cannot support the count; HarnessInputError for an
     unreadable trace or an invalid regular expression.
     """
-    regex = pattern.pattern if isinstance(pattern, re.Pattern) else DEFAULT_COUNT_PATTERNS.get(pattern, pattern)
-    name = pattern if isinstance(pattern, str) and pattern in DEFAULT_COUNT_PATTERNS else _PATTERN
-    counted = named_pattern(name, regex, where=f"pattern {regex!r}")
-    table = RegionTable.default()
-    if region != NO_REGION and region not in table.region_names:  # a regex: the region's own rule, which wins
-        table = table.extended([named_pattern(region, region, where=f"region {region!r}")])
     paths, source = _trace_files(trace_or_profile)
-    analysis = analyze_traces(paths, [counted], table)
+    counted, table = counting_query(pattern, region, RegionTable.default())
+    return replay_counts(analyze_traces(paths, [counted], table), region, counted.name, source=source)
+
+
+def counting_query(pattern: str | re.Pattern[str], region: str, table: RegionTable,
+                   patterns: Mapping[str, str] = DEFAULT_COUNT_PATTERNS) -> tuple[NamedPattern, RegionTable]:
+    """What to count and the region table to count it with: `pattern` a name of `patterns` or else a
+    regex (counted under the name `pattern`); `region` a region of `table`, `(none)`, or else a regex
+    that defines the region, put in front of `table` (so that it wins)."""
+    if isinstance(pattern, str) and pattern in patterns:
+        counted = named_pattern(pattern, patterns[pattern], where=f"pattern {pattern!r}")
+    else:
+        regex = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+        counted = named_pattern(_PATTERN, regex, where=f"pattern {regex!r}")
+    if region != NO_REGION and region not in table.region_names:
+        table = table.extended([named_pattern(region, region, where=f"region {region!r}")])
+    return counted, table
+
+
+def replay_counts(analysis: TraceAnalysis, region: str, pattern: str, *, source: str) -> ReplayCounts:
+    """The ReplayCounts of `pattern` (a name the analysis counted) in `region` of an analysis done by
+    `analyze_traces` (the unit: graph replays on a GPU trace, spans on a CPU-only one). `source`
+    names the traces in messages. Raises CountUnavailable where the trace cannot support the count."""
     validity = analysis.combined.validity
     if validity.subject == "mixed":
         raise CountUnavailable(f"{source}: GPU traces and CPU-only traces together: give one kind")
     unit: Literal["graph_launch", "span"] = "graph_launch" if validity.subject == "gpu_ops" else "span"
-    row = analysis.count(region, name, unit)
+    row = analysis.count(region, pattern, unit)
     if row is None:
         raise CountUnavailable(_why_absent(analysis, region, unit, source))
     if not row.known:
         raise CountUnavailable(f"{source}: region {region!r}: {row.note}")
-    eager = analysis.count(region, name, "span") if unit == "graph_launch" else None
+    eager = analysis.count(region, pattern, "span") if unit == "graph_launch" else None
     return ReplayCounts(
         region=region,
-        pattern=regex,
+        pattern=analysis.patterns[pattern],
         unit=unit,
-        per_replay=tuple(int(n) for n in analysis.instances_frame(region, name, unit)["count"]),
+        per_replay=tuple(int(n) for n in analysis.instances_frame(region, pattern, unit)["count"]),
         empty_launches=row.empty_launches,
         eager=(eager.total or 0) if eager is not None else 0,
         matched_names=dict(row.matched_names),
