@@ -174,6 +174,24 @@ def collect_environment(scenario: Scenario, *, variants: list[str] | None = None
     )
 
 
+def probe_needed_first(scenario: Scenario) -> bool:
+    """Whether the gate before any server starts needs the interpreters' facts (SGLang and its version).
+    Otherwise (the micro engine) only the interpreters must exist, and the facts are gathered while
+    the first server starts: a probe imports torch (~2 s), which a run that FAILs on its first profiled
+    pass would otherwise wait for."""
+    return scenario.engine == "sglang"
+
+
+def require_interpreters(scenario: Scenario, variants: list[str]) -> None:
+    """Every variant's interpreter exists, else one HarnessInputError line."""
+    hint = f" (set it up with: {scenario.server.setup})" if scenario.server.setup else ""
+    for name in variants:
+        python = server_python(scenario, name)
+        if not os.path.exists(python) if os.sep in python else shutil.which(python) is None:
+            where = f"variants.{name}.python" if scenario.variants[name].python else f"variants.{name}: the harness's interpreter"
+            raise HarnessInputError(f"scenario {scenario.name}: {where}: {python} does not exist{hint}")
+
+
 def require_engine(scenario: Scenario, environment: EnvironmentRecord) -> None:
     """Before any server starts: every variant's interpreter runs and, for `engine: sglang`, has SGLang
     (of `server.sglang_version` where given). Otherwise one HarnessInputError line, with
@@ -182,9 +200,7 @@ def require_engine(scenario: Scenario, environment: EnvironmentRecord) -> None:
     for name, facts in environment.variants.items():
         python = facts.get("executable") or server_python(scenario, name)
         if "error" in facts:
-            if not os.path.exists(python) if os.sep in python else shutil.which(python) is None:
-                where = f"variants.{name}.python" if scenario.variants[name].python else f"variants.{name}: the harness's interpreter"
-                raise HarnessInputError(f"scenario {scenario.name}: {where}: {python} does not exist{hint}")
+            require_interpreters(scenario, [name])
             continue  # a probe that failed otherwise (a slow machine?) proves nothing: the server start will tell
         if scenario.engine != "sglang":
             continue

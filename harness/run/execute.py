@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -24,7 +25,7 @@ from typing import Literal
 from harness.engines import ServerCommand, build_server_command, keep_off_cpus, server_cpus
 from harness.errors import EXIT_INCONCLUSIVE
 from harness.files import Reserve, WriteError, latest_link_path, new_stamped_dir, update_latest_link, write_text_atomic
-from harness.run.environment import collect_environment, require_engine
+from harness.run.environment import collect_environment, probe_needed_first, require_engine, require_interpreters
 from harness.run.interrupts import (
     interrupt_received,
     interrupt_text,
@@ -150,11 +151,19 @@ def run_scenario(
         return result
     # Each variant's interpreter, asked once: recorded in environment.json, and checked before any
     # server starts (a missing SGLang, or the wrong version, is bad input: exit 2, not a failed launch).
-    environment = collect_environment(scenario, variants=sorted({t.config for t in plan.trials}))
-    require_engine(scenario, environment)
-    run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host, port=port,
-               run_dir=run_dir, environment=environment)
-    with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)):
+    variants = sorted({t.config for t in plan.trials})
+    environment: EnvironmentRecord | Future[EnvironmentRecord]
+    if probe_needed_first(scenario):
+        environment = collect_environment(scenario, variants=variants)
+        require_engine(scenario, environment)
+    else:
+        require_interpreters(scenario, variants)
+    with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)), ThreadPoolExecutor(1) as probes:
+        if not probe_needed_first(scenario):
+            # off the servers' CPUs, while the first server starts; environment.json once it is there
+            environment = probes.submit(collect_environment, scenario, variants=variants)
+        run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host,
+                   port=port, run_dir=run_dir, environment=environment)
         # Interrupts raise only inside `interrupts_allowed()`: the bookkeeping around it always runs.
         with interrupts_held():
             failure: str | None = None
@@ -184,7 +193,7 @@ class _Run:
 
     def __init__(self, scenario: Scenario, scenario_dir: Path, plan: Plan, result: RunResult, *,
                  progress: RunProgress, out_root: Path, aa: bool, host: str, port: int | None,
-                 environment: EnvironmentRecord, run_dir: Path | None = None):
+                 environment: EnvironmentRecord | Future[EnvironmentRecord], run_dir: Path | None = None):
         self.scenario, self.scenario_dir, self.plan, self.result = scenario, scenario_dir, plan, result
         self.given_run_dir = run_dir
         self.environment = environment
@@ -223,7 +232,8 @@ class _Run:
             update_latest_link(run_dir, latest_link_path(self.out_root))
         self.progress.run_started(run_dir, plan.trials)
         self.launches = Launches(scenario, self.scenario_dir, run_dir, plan, self.progress, self.host, self.port)
-        write_record(run_dir / "environment.json", self.environment)
+        if isinstance(self.environment, EnvironmentRecord):
+            write_record(run_dir / "environment.json", self.environment)
         position = -1
         while position + 1 < len(plan.trials):  # an adaptive run's plan grows at its looks
             position += 1
@@ -237,6 +247,7 @@ class _Run:
                 result.error = f"server launch failed: {exc}"
                 result.log_tail = exc.log_tail
                 return
+            self._write_environment()
             launch = plan.launch_of(trial)
             try:
                 outcome = TrialRunner(scenario, self.scenario_dir, run_dir, trial, self.progress, self.host,
@@ -263,6 +274,13 @@ class _Run:
             result.error = f"trace analysis of {name} failed: {message}"
         else:
             result.status = "complete"
+
+    def _write_environment(self) -> None:
+        """environment.json from a probe that ran beside the first start-up (waits for it once)."""
+        if isinstance(self.environment, Future):
+            assert self.result.run_dir is not None
+            self.environment = self.environment.result()
+            write_record(self.result.run_dir / "environment.json", self.environment)
 
     def _look(self, position: int) -> bool:
         """An adaptive run (trials.budget) at the end of a stage: look, record it, and grow the plan
@@ -330,6 +348,11 @@ class _Run:
         if (failure is not None or result.status != "complete") and self.reserve is not None:
             self.reserve.release()  # room for the last records, if the disk is what failed
         write_error = self.launches.stop_all() if self.launches is not None else None
+        if self.result.run_dir is not None and isinstance(self.environment, Future):
+            try:  # the run ended before its first trial: the facts still belong in the run directory
+                self._write_environment()
+            except WriteError as exc:
+                write_error = write_error or exc
         if self.reserve is not None:
             self.reserve.release()
         signum = interrupt_received()
