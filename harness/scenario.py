@@ -251,8 +251,8 @@ class TrialsSpec(_Strict):
         if self.mode != "interleaved" and self.servers_up != "all":
             raise _LocatedError("trials.servers_up", "only for mode interleaved")
         if self.budget is not None:
-            if self.mode != "interleaved" or self.servers_up != "all":
-                raise _LocatedError("trials.budget", "only for mode interleaved with servers_up all")
+            if self.mode != "interleaved":
+                raise _LocatedError("trials.budget", "only for mode interleaved (servers_up all or pair)")
             if self.budget.max_rounds < self.repetitions:
                 raise _LocatedError("trials.budget.max_rounds",
                                     f"{self.budget.max_rounds} is below trials.repetitions ({self.repetitions}), the first stage")

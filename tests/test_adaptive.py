@@ -157,6 +157,7 @@ def test_a_budget_plan_profiles_first_candidate_first_and_grows_by_stages(tmp_pa
     plan = make_plan(scenario)
     kinds = [(t.variant, t.kind) for t in plan.trials]
     assert kinds[:2] == [("candidate", "profiled"), ("baseline", "profiled")]
+    assert plan.trials[0].launch is None and plan.trials[1].launch is None  # servers of their own
     assert sum(t.kind == "timed" for t in plan.trials) == 12 and len(plan.launches) == 4
     added = extend(plan, scenario, rounds=2, launches_per_arm=3)
     assert [t.repetition for t in added] == [6, 6, 7, 7]
@@ -166,6 +167,44 @@ def test_a_budget_plan_profiles_first_candidate_first_and_grows_by_stages(tmp_pa
     assert [t.index for t in plan.trials] == list(range(len(plan.trials)))
     assert plan.trials[-1].first_prompt == 9 * 8 and plan.trials[0].first_prompt == 10 * 8
     assert len({t.dir_name for t in plan.trials}) == len(plan.trials)
+
+
+def test_a_pair_mode_budget_shares_rounds_over_pairs_and_grows_by_pairs(tmp_path):
+    """servers_up pair: the first stage's rounds in contiguous shares
+    over the pairs; more rounds stay on the pair that is up; a new launch per arm is a new pair."""
+    path = _budget_scenario(tmp_path, max_rounds=16, max_launches=3, look_every=2)
+    data = yaml.safe_load(path.read_text())
+    data["trials"]["servers_up"] = "pair"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    scenario = load_scenario(path)
+    scenario = scenario.model_copy(update={"trials": scenario.trials.model_copy(update={"seed": 4})})
+    plan = make_plan(scenario)
+    number = {launch.index: launch.number for launch in plan.launches}
+    assert [t.launch for t in plan.trials if t.kind == "profiled"] == [None, None]  # servers of their own
+    assert [number[t.launch] for t in plan.trials if t.kind == "timed"] == [0] * 6 + [1] * 6
+    more = extend(plan, scenario, rounds=2, launches_per_arm=2)
+    assert [number[t.launch] for t in more] == [1] * 4  # the pair that is up
+    added = extend(plan, scenario, rounds=2, launches_per_arm=3)
+    number = {launch.index: launch.number for launch in plan.launches}
+    assert [number[t.launch] for t in added] == [2] * 4 and [t.repetition for t in added] == [8, 8, 9, 9]
+
+
+@pytest.mark.slow
+def test_a_real_pair_mode_run_adds_a_pair_and_stops_the_one_before(tmp_path):
+    scenario = _budget_scenario(tmp_path, max_rounds=6, max_launches=3, look_every=2, grow="launches")
+    data = yaml.safe_load(scenario.read_text())
+    data["trials"]["servers_up"] = "pair"
+    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+    _, run_dir, run, _ = _harness_run(scenario, tmp_path / "runs", "--set", "trials.repetitions=4")
+    looks = [look for look in run["looks"] if look["kind"] == "tpot"]
+    assert [look["launches_per_arm"] for look in looks] == [2, 3]
+    records = {launch["number"]: [json.loads((run_dir / item["dir"] / "launch.json").read_text())
+                                  for item in run["launches"] if item["number"] == launch["number"]]
+               for launch in run["launches"]}
+    # never more than one pair up: each pair stopped before the next one came up
+    for earlier, later in ((0, 1), (1, 2)):
+        assert max(r["stopped_at_s"] for r in records[earlier]) <= min(r["started_at_s"] for r in records[later])
+    assert all(r["status"] == "stopped" for rs in records.values() for r in rs)
 
 
 def test_a_budget_cannot_be_run_in_parts(tmp_path):
@@ -214,8 +253,8 @@ def test_a_planted_softmax_fails_after_one_profiled_pass(tmp_path):
                                       "variants.candidate.args={--disable-topk1-fast-path: true}")
     assert code == 1 and results["verdict"] == "FAIL"
     assert [(t["variant"], t["kind"]) for t in run["plan"]] == [("candidate", "profiled")]
-    # its launch came up alone: the FAIL cost one server's start-up
-    assert run["server_launches"] == 1 and [launch["arm"] for launch in run["launches"]] == ["candidate"]
+    # one server, the profiled pass's own: the FAIL cost one start-up, and no timed launch started
+    assert run["server_launches"] == 1 and run["launches"] == []
     assert run["looks"][-1]["kind"] == "exact" and "candidate_no_softmax" in run["looks"][-1]["reason"]
 
 

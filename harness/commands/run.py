@@ -242,11 +242,12 @@ def adaptive_stages(scenario: Any) -> str:
     minutes = f", and at most {budget.max_minutes:g} minutes" if budget.max_minutes is not None else ""
     return "\n".join([
         f"adaptive (trials.budget, {budget.spending} alpha spending): the plan above is the first stage;",
-        "  the candidate's launch comes up alone for its profiled pass, the other launches after it;",
+        "  each profiled pass on a server of its own (the profiler changes a server's later speed), the candidate's first;",
         "  look 0 after the profiled passes: a kernel-count rule that FAILs ends the run at once;",
         f"  TPOT looks after rounds {', '.join(map(str, looks))} (information fraction = rounds / {budget.max_rounds}); "
         "each stops at PASS or FAIL beyond its boundary,",
-        f"  else adds {spec.stage_rounds} rounds, or one launch per arm (up to {most}) when launch-to-launch noise dominates;",
+        f"  else adds {spec.stage_rounds} rounds, or one launch per arm (up to {most}) when launch-to-launch noise dominates"
+        + (" (servers_up pair: the new pair serves the stage, the pair that was up stops);" if spec.servers_up == "pair" else ";"),
         f"  worst case: {budget.max_rounds} rounds ({budget.max_rounds * arms} blocks of {block_size(scenario)} requests), "
         f"{most * arms} server launches{minutes}",
     ])

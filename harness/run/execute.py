@@ -261,14 +261,17 @@ class _Run:
                 result.error = f"trial {trial.dir_name} failed: {outcome.error}"
                 result.log_tail = outcome.log_tail
                 return
-            self.launches.done_with(position)
+            if scenario.trials.budget is None:
+                self.launches.done_with(position)
             if trial.kind == "profiled" and outcome.traces:
                 self._analyze(trial, outcome)
             if len(self.launches.running) > launches_before:
                 took = (outcome.summary.duration_s if outcome.summary else None) or 0.0
                 self.launch_s = max(self.launch_s, time.monotonic() - bring_up - took)
-            if scenario.trials.budget is not None and not self._look(position):
-                break
+            if scenario.trials.budget is not None:
+                if not self._look(position):
+                    break
+                self.launches.done_with(position)  # after the look: a stage may go on with the launches up
         if self.analysis_errors:
             name, message = next(iter(self.analysis_errors.items()))
             result.error = f"trace analysis of {name} failed: {message}"

@@ -287,19 +287,10 @@ class Launches:
                 pending = [launch]
             elif self.scenario.trials.servers_up == "pair":
                 pending = [item for item in self.plan.launches if item.number == launch.number]
-            elif self._alone_first(trial):
-                pending = [launch]
             else:
                 pending = self.plan.launches
             self._bring_up([item for item in pending if item.index not in self.running])
         return self.running[launch.index]
-
-    def _alone_first(self, trial: Trial) -> bool:
-        """A budgeted run opens with the candidate's profiled pass, whose kernel rules can end it: that
-        launch comes up alone, so a FAIL costs one server's start-up, not every launch's (on the one
-        pinned CPU they start one after another anyway; the others come up for the next trial)."""
-        return (self.scenario.trials.budget is not None and not self.running and trial.kind == "profiled"
-                and trial.index == 0)
 
     def done_with(self, position: int) -> None:
         """After the trial at `position`: stop the launches no later trial uses (unless all stay up)."""

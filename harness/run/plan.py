@@ -296,11 +296,17 @@ def _warm_plan(scenario: Scenario, names: list[str], arm_config: dict[str, str],
 
 
 def first_stage(scenario: Scenario, *, aa: bool = False) -> Plan:
-    """A budgeted run's plan before its first look: every profiled pass first, on the warm launches
-    just after their warm-up (so that an exact rule that fails ends the run before any timing), then
-    `trials.repetitions` rounds over `trials.launches` launches per arm. Later stages come from
-    `extend`. Prompts and trial-name widths are laid out for the budget's worst case, so that every
-    stage's trials keep their place whatever the looks decide."""
+    """A budgeted run's plan before its first look: every profiled pass first (so that an exact rule
+    that fails ends the run before any timing), each on a server of its own, then `trials.repetitions`
+    rounds over `trials.launches` launches per arm. Later stages come from `extend`. Prompts and
+    trial-name widths are laid out for the budget's worst case, so that every stage's trials keep
+    their place whatever the looks decide.
+
+    Why servers of their own: the profiler leaves state behind in a server (the fixed design runs a
+    launch's profiled passes after its timed blocks for that reason), and a profiled pass before the
+    blocks changed the speed of the launch that served it: by a few % on the micro engine, and SGLang's
+    CPU server ran its later blocks twice as fast (TPOT 18-25 ms against 34-58 ms on the launches never
+    profiled, benchmarks/README.md), a launch effect no number of launches can average out."""
     scenario = with_run_seed(scenario)
     spec = scenario.trials
     assert spec.budget is not None and spec.seed is not None
@@ -316,14 +322,17 @@ def first_stage(scenario: Scenario, *, aa: bool = False) -> Plan:
         if rep == 0:  # the arms under test first: the rules that can FAIL at once are about them
             order = sorted(order, key=lambda arm: arm == "baseline")
         for arm in order:
-            _append(plan, scenario, arm, arm_config[arm], "profiled", rep, rep % per_arm, profiled_first + rep * profiled_n)
+            _append(plan, scenario, arm, arm_config[arm], "profiled", rep, None, profiled_first + rep * profiled_n)
     return plan
 
 
 def extend(plan: Plan, scenario: Scenario, *, aa: bool = False, rounds: int, launches_per_arm: int) -> list[Trial]:
     """Append the next `rounds` rounds, served by `launches_per_arm` launches per arm (new launches
     are appended to the plan and start when first needed); returns the new trials. Rounds keep their
-    global number: prompts, the drawn order and the Latin rotation follow it."""
+    global number: prompts, the drawn order and the Latin rotation follow it.
+
+    With `servers_up: pair` (one launch per arm up at a time) the new rounds go, in contiguous
+    shares, to the launch pairs this stage adds, or, when it adds none, to the pair that is up."""
     spec = scenario.trials
     assert spec.budget is not None and spec.seed is not None
     arm_config = arms(scenario, aa=aa)
@@ -336,18 +345,27 @@ def extend(plan: Plan, scenario: Scenario, *, aa: bool = False, rounds: int, lau
     orders = _orders(names, spec.budget.max_rounds, spec.order, spec.seed + 1)
     block = block_size(scenario)
     start = len(plan.trials)
-    for r in range(done, min(done + rounds, spec.budget.max_rounds)):
+    new_rounds = range(done, min(done + rounds, spec.budget.max_rounds))
+    number_of = {launch.index: launch.number for launch in plan.launches}
+    timed_on = {number_of[t.launch] for t in plan.trials if t.kind == "timed" and t.launch is not None}
+    new_pairs = [j for j in range(launches_per_arm) if j not in timed_on] or [max(timed_on)]
+    pair_share = round_launch_pairs(len(new_rounds), len(new_pairs)) if new_rounds else []
+    for k, r in enumerate(new_rounds):
         for arm in orders[r]:
-            _append(plan, scenario, arm, arm_config[arm], "timed", r, rotation(names.index(arm), r, launches_per_arm), r * block)
+            number = (new_pairs[pair_share[k]] if spec.servers_up == "pair"
+                      else rotation(names.index(arm), r, launches_per_arm))
+            _append(plan, scenario, arm, arm_config[arm], "timed", r, number, r * block)
     return plan.trials[start:]
 
 
-def _append(plan: Plan, scenario: Scenario, arm: str, config: str, kind: TrialKind, rep: int, number: int,
+def _append(plan: Plan, scenario: Scenario, arm: str, config: str, kind: TrialKind, rep: int, number: int | None,
             first_prompt: int) -> None:
+    """A trial served by `arm`'s launch `number`, or by a server of its own (None)."""
     spec = scenario.trials
     assert spec.budget is not None
     worst = spec.profiled * len(arms_of(plan)) + spec.budget.max_rounds * len(arms_of(plan))
-    launch = next(launch.index for launch in plan.launches if launch.arm == arm and launch.number == number)
+    launch = None if number is None else next(
+        launch.index for launch in plan.launches if launch.arm == arm and launch.number == number)
     plan.trials.append(Trial(index=len(plan.trials), variant=arm, kind=kind, repetition=rep, config=config,
                              launch=launch, first_prompt=first_prompt, digits=max(2, len(str(worst - 1)))))
 
