@@ -119,10 +119,7 @@ def test_cpu_scenario_shape():
     assert scenario.variants["baseline"].python == scenario.variants["candidate"].python == str(
         REPO / ".sglang-cpu" / "venv" / "bin" / "python")
     assert scenario.profile.activities == ["CPU"] and scenario.profile.with_stack  # spans and frames
-    # adaptive: two launches per arm to start with, a third where the launch noise calls for it
-    trials = scenario.trials
-    assert trials.mode == "interleaved" and trials.launches_per_arm == 2 and trials.budget is not None
-    assert trials.budget.max_launches == 3 and trials.budget.max_minutes is not None
+    assert scenario.trials.mode == "interleaved" and scenario.trials.launches_per_arm == 3
     counted = {(c.region, c.pattern, tuple(c.variants)) for c in scenario.checks if c.kind == "kernel_count"}
     assert {("DRAFT_DECODE", "softmax", ("candidate",)), ("DRAFT_EXTEND", "softmax", ("candidate",)),
             ("DRAFT_DECODE", "softmax", ("baseline",)), ("DRAFT_DECODE", "argmax", ("candidate",))} <= counted
