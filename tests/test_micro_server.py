@@ -208,12 +208,20 @@ def test_bad_requests_get_4xx_and_the_server_lives_on(server_on: RunningServer) 
 def test_concurrent_requests_are_batched(server_on: RunningServer, profile_dir: Path) -> None:
     url = server_on.url
     assert post(f"{url}/flush_cache").status_code == 200
-    # Profile into the default directory (SGLANG_TORCH_PROFILER_DIR), no output_dir in the request.
-    started = post(f"{url}/start_profile", json={"num_steps": 12, "profile_id": "batch", "with_stack": False})
-    assert started.status_code == 200
     prompts = [f"concurrent request {i}" for i in range(6)]
     with ThreadPoolExecutor(len(prompts)) as pool:
-        bodies = list(pool.map(lambda t: _generate(url, {"text": t, "sampling_params": _greedy(96)}).json(), prompts))
+        futures = [pool.submit(lambda t: _generate(url, {"text": t, "sampling_params": _greedy(96)}).json(), t)
+                   for t in prompts]
+        # The profiler starts once all six run together: on a loaded machine the requests arrive one by
+        # one, and a profile started before them held only batches of one (1 failure in 4 suites).
+        deadline = time.monotonic() + 60
+        while (get(f"{url}/server_info").json()["internal_states"][0]["num_running_reqs"] < len(prompts)
+               and time.monotonic() < deadline):
+            time.sleep(0.005)
+        # Profile into the default directory (SGLANG_TORCH_PROFILER_DIR), no output_dir in the request.
+        started = post(f"{url}/start_profile", json={"num_steps": 12, "profile_id": "batch", "with_stack": False})
+        assert started.status_code == 200
+        bodies = [future.result() for future in futures]
     assert [len(b["output_ids"]) for b in bodies] == [96] * 6
     state = get(f"{url}/server_info").json()["internal_states"][0]
     assert state["max_decode_batch_size"] == 6
