@@ -153,13 +153,14 @@ def run_scenario(
     # server starts (a missing SGLang, or the wrong version, is bad input: exit 2, not a failed launch).
     variants = sorted({t.config for t in plan.trials})
     environment: EnvironmentRecord | Future[EnvironmentRecord]
-    if probe_needed_first(scenario):
+    probe_first = probe_needed_first(scenario)
+    if probe_first:
         environment = collect_environment(scenario, variants=variants)
         require_engine(scenario, environment)
     else:
         require_interpreters(scenario, variants)
     with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)), ThreadPoolExecutor(1) as probes:
-        if not probe_needed_first(scenario):
+        if not probe_first:
             # off the servers' CPUs, while the first server starts; environment.json once it is there
             environment = probes.submit(collect_environment, scenario, variants=variants)
         run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host,
@@ -261,17 +262,14 @@ class _Run:
                 result.error = f"trial {trial.dir_name} failed: {outcome.error}"
                 result.log_tail = outcome.log_tail
                 return
-            if scenario.trials.budget is None:
-                self.launches.done_with(position)
             if trial.kind == "profiled" and outcome.traces:
                 self._analyze(trial, outcome)
             if len(self.launches.running) > launches_before:
                 took = (outcome.summary.duration_s if outcome.summary else None) or 0.0
                 self.launch_s = max(self.launch_s, time.monotonic() - bring_up - took)
-            if scenario.trials.budget is not None:
-                if not self._look(position):
-                    break
-                self.launches.done_with(position)  # after the look: a stage may go on with the launches up
+            if scenario.trials.budget is not None and not self._look(position):
+                break
+            self.launches.done_with(position)  # after an adaptive run's look: a stage may go on with them
         if self.analysis_errors:
             name, message = next(iter(self.analysis_errors.items()))
             result.error = f"trace analysis of {name} failed: {message}"
@@ -351,8 +349,8 @@ class _Run:
         if (failure is not None or result.status != "complete") and self.reserve is not None:
             self.reserve.release()  # room for the last records, if the disk is what failed
         write_error = self.launches.stop_all() if self.launches is not None else None
-        if self.result.run_dir is not None and isinstance(self.environment, Future):
-            try:  # the run ended before its first trial: the facts still belong in the run directory
+        if self.result.run_dir is not None:
+            try:  # a run that ended before its first trial: the facts still belong in the run directory
                 self._write_environment()
             except WriteError as exc:
                 write_error = write_error or exc
