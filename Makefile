@@ -43,7 +43,7 @@ install: $(STAMP)
 # actionlint (expressions, runner labels: .github/actionlint.yaml) and zizmor (security: pins,
 # permissions, injection; .github/zizmor.yml), offline: it asks no network (CI reaches registries only).
 lint: $(STAMP)
-	$(BIN)/ruff check harness tests benchmarks scripts
+	$(BIN)/ruff check sglang_spec_harness tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/json_schemas.py --check
 	$(BIN)/actionlint -config-file .github/actionlint.yaml .github/workflows/*.yml
@@ -73,14 +73,14 @@ profile: $(RUN_STAMP)
 
 # SGLANG_SPEC or SGLANG_PATH (below) install SGLang from there instead of the registry's 0.5.23.
 sglang-cpu: $(RUN_STAMP)
-	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(SGLANG_CPU_SOURCE)
+	$(BIN)/python -m sglang_spec_harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(SGLANG_CPU_SOURCE)
 
-# Older SGLang releases' environments on top of it (harness/sglang_cpu/releases.toml), each checked by
+# Older SGLang releases' environments on top of it (sglang_spec_harness/sglang_cpu/releases.toml), each checked by
 # importing its EAGLE worker: make sglang-cpu-releases RELEASES="0.5.12.post1 0.5.13"
 RELEASES ?=
 sglang-cpu-releases: $(RUN_STAMP)
 	@test -n "$(RELEASES)" || { echo 'make sglang-cpu-releases: name them, e.g. RELEASES="0.5.12.post1 0.5.13"' >&2; exit 2; }
-	$(BIN)/python -m harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(foreach r,$(RELEASES),--release $(r))
+	$(BIN)/python -m sglang_spec_harness.sglang_cpu.install --prefix $(SGLANG_CPU) $(foreach r,$(RELEASES),--release $(r))
 
 # ---- The steps of the GPU workflows (.github/workflows/gpu-*.yml), runnable on a CPU too (.ci/run) ----
 # Where SGLang comes from, one of (default: the registry's sglang==0.5.23, what the scenarios pin):

@@ -2,8 +2,8 @@
 
 The scenarios live at the top of the repository (their `../.sglang-cpu` paths are relative to their
 file, so they stay where `make sglang-cpu` puts `.sglang-cpu`). A wheel carries a copy in
-`harness/scenarios/`, where `harness run NAME` and `harness init DIR` find them; an editable install
-finds the repository's own (harness/shipped.py).
+`sglang_spec_harness/scenarios/`, where `harness run NAME` and `harness init DIR` find them; an editable install
+finds the repository's own (sglang_spec_harness/shipped.py).
 """
 
 from pathlib import Path
@@ -19,7 +19,7 @@ class BuildPyWithScenarios(build_py):
         super().run()
         if self.editable_mode:  # the repository's scenarios/ is found next to the package
             return
-        target = Path(self.build_lib) / "harness" / "scenarios"
+        target = Path(self.build_lib) / "sglang_spec_harness" / "scenarios"
         self.mkpath(str(target))
         for source in sorted(SCENARIOS.iterdir()):
             if source.suffix in (".yaml", ".json"):

@@ -7,8 +7,8 @@ launch holds 16 real blocks; launch-to-launch differences and block noise are th
 A simulated run picks one real A/A run, deals its 8 launches to two arms at random, and replays a
 design on them: each round takes, for each arm, the next unused real block of the launch the Latin
 rotation names (with replacement once a launch's 16 are used). A planted effect multiplies the
-candidate's blocks by (1 + effect). The adaptive design is harness.run.adaptive's: the same nested
-mixed-model decision (harness.verdict.stats) at each look's nominal level (look_levels: Lan-DeMets
+candidate's blocks by (1 + effect). The adaptive design is sglang_spec_harness.run.adaptive's: the same nested
+mixed-model decision (sglang_spec_harness.verdict.stats) at each look's nominal level (look_levels: Lan-DeMets
 spending), the same rule for adding a launch (launch_noise_dominates), the same minutes budget with
 the measured seconds per round and per launch bring-up. The fixed design: 2 launches per arm, 16
 rounds, one look at alpha 0.05. What resampling loses: a round's two blocks ran back to back on the
@@ -34,12 +34,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.run.adaptive import launch_noise_dominates  # noqa: E402
-from harness.run.plan import rotation  # noqa: E402
-from harness.scenario import TpotGainCheck  # noqa: E402
-from harness.verdict import stats  # noqa: E402
-from harness.verdict.rules import look_levels  # noqa: E402
-from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS  # noqa: E402
+from sglang_spec_harness.run.adaptive import launch_noise_dominates  # noqa: E402
+from sglang_spec_harness.run.plan import rotation  # noqa: E402
+from sglang_spec_harness.scenario import TpotGainCheck  # noqa: E402
+from sglang_spec_harness.verdict import stats  # noqa: E402
+from sglang_spec_harness.verdict.rules import look_levels  # noqa: E402
+from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS  # noqa: E402
 
 
 @dataclass(frozen=True)

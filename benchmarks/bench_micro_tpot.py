@@ -44,7 +44,7 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"{name}.log"
-        self.command = [sys.executable, "-m", "harness.micro.server", "--port", str(self.port), *flags]
+        self.command = [sys.executable, "-m", "sglang_spec_harness.micro.server", "--port", str(self.port), *flags]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(self.command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 

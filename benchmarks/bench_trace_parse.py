@@ -29,8 +29,8 @@ DEFAULT_SOURCE = SHARED_TRACES / "hta_negative_queue_length_rank0.json.gz"
 WORK_DIR = Path("/tmp/harness-bench")
 PARSERS = ("ours", "analyze", "json", "hta", "hta-ijson")
 DESCRIPTIONS = {
-    "ours": "harness.traces.read_trace (msgspec, sliced, columnar)",
-    "analyze": "harness.traces.analyze_traces (read + attribution + counts)",
+    "ours": "sglang_spec_harness.traces.read_trace (msgspec, sliced, columnar)",
+    "analyze": "sglang_spec_harness.traces.analyze_traces (read + attribution + counts)",
     "json": "json.load (stdlib), events only",
     "hta": "HTA parse_trace_dataframe (its default backend, JSON)",
     "hta-ijson": "HTA parse_trace_dataframe (IJSON_BATCH_AND_COMPRESS, yajl2_c)",
@@ -106,13 +106,13 @@ def child(parser: str, path: str) -> None:
 def _parser(parser: str):
     """Import what `parser` needs (outside the timing) and return a function path -> facts."""
     if parser == "ours":
-        from harness.traces.readers import read_trace
+        from sglang_spec_harness.traces.readers import read_trace
 
         def run(path: str) -> dict:
             trace = read_trace(path)
             return {"gpu_ops": len(trace.gpu_ops), "runtime": len(trace.runtime), "cpu_ops": len(trace.cpu_ops)}
     elif parser == "analyze":
-        from harness.traces.analysis import analyze_traces
+        from sglang_spec_harness.traces.analysis import analyze_traces
 
         def run(path: str) -> dict:
             file = analyze_traces([path]).files[0]

@@ -1,4 +1,4 @@
-"""Our change points (harness/history/changepoints.py) against Apache Otava's on the same series.
+"""Our change points (sglang_spec_harness/history/changepoints.py) against Apache Otava's on the same series.
 
 Otava is never installed into the project: it pins numpy==2.2.0.* and scipy<1.17 and pulls the
 BigQuery, gRPC and Slack SDKs. This script makes a venv of its own for it (default
@@ -30,7 +30,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.history.changepoints import Options, change_points  # noqa: E402
+from sglang_spec_harness.history.changepoints import Options, change_points  # noqa: E402
 
 OTAVA = "apache-otava==0.8.0"
 

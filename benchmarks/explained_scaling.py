@@ -9,9 +9,9 @@ import sys
 import statistics
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.rundir import RunDir, load_run_dir
-from harness.traces.analysis import analyze_traces
-from harness.verdict import rules
+from sglang_spec_harness.rundir import RunDir, load_run_dir
+from sglang_spec_harness.traces.analysis import analyze_traces
+from sglang_spec_harness.verdict import rules
 
 REGIONS = ["DRAFT_DECODE", "DRAFT_EXTEND"]
 REF = "TARGET_VERIFY"

@@ -413,7 +413,7 @@ def record(cls: str, mode: str, variant: str, run: fk.HarnessProcess, inj: Injec
     if left:
         problems.append(f"{len(left)} processes left")
     if harness_tb:
-        problems.append("traceback from harness run")
+        problems.append("traceback from sglang_spec_harness run")
     if lost:
         problems.append("measurements lost: " + "; ".join(lost))
     problems += cli_problems

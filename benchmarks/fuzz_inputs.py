@@ -10,7 +10,7 @@ which runs a few per class in `make test`). Each command runs in a forked child 
 (the harness already imported, nothing shared back), so that a crash, a hang (killed after
 --timeout s) or a memory blow-up is one input's, and its wall time and peak RSS (ru_maxrss of the
 child: it includes the ~150-250 MB of pages shared with this process, so it is an upper bound)
-are measured. Trace-size limits are the defaults (see harness/traces/readers.py).
+are measured. Trace-size limits are the defaults (see sglang_spec_harness/traces/readers.py).
 
 Exit status: 0 when no input produced a traceback, a hang, or an answer outside its allowed exit
 codes (see tests/hostile.py); 1 otherwise, after printing the first problems.
@@ -100,10 +100,10 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown classes {sorted(unknown)}; known: {', '.join(hostile.CLASSES)}")
 
-    import harness.commands.cli  # imported once here, shared by every forked child
-    import harness.report.html
-    import harness.traces.analysis
-    import harness.verdict.rules  # noqa: F401
+    import sglang_spec_harness.commands.cli  # imported once here, shared by every forked child
+    import sglang_spec_harness.report.html
+    import sglang_spec_harness.traces.analysis
+    import sglang_spec_harness.verdict.rules  # noqa: F401
 
     started = time.perf_counter()
     tallies: dict[str, Tally] = defaultdict(Tally)

@@ -66,7 +66,7 @@ SCENARIO = {
 
 
 def harness(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, capture_output=True,
                           text=True)
     if check and proc.returncode not in (0, 1, 3):
         raise SystemExit(f"harness {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")

@@ -1,6 +1,6 @@
 """How the launch term's pooling rule changes the TPOT interval, on the blocks of real runs.
 
-Re-fits the mixed model (`harness.verdict.stats.nested`) to the stored blocks of every run of a
+Re-fits the mixed model (`sglang_spec_harness.verdict.stats.nested`) to the stored blocks of every run of a
 `sensitivity.py` result, under several pooling levels (`fit_nested(pool_p=...)`: pool the launch term when the F test
 of launch effects gives p >= this; 0.25 is the rule's; 1.01 never pools, 0 always does), and reports
 per condition how often the 95% interval contains 1 (A/A: it should, 95% of the time), how often it
@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.verdict.stats import nested  # noqa: E402
+from sglang_spec_harness.verdict.stats import nested  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from power_simulation import bad_input  # noqa: E402

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.releases.environments import read_stamp
-from harness.scenario import load_scenario, scenario_to_yaml
+from sglang_spec_harness.releases.environments import read_stamp
+from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"
@@ -68,7 +68,7 @@ def memory_copy_gb_s(megabytes: int = 200, copies: int = 5) -> float:
 def harness(*args: str, log: Path) -> tuple[int, float]:
     started = time.monotonic()
     with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, stdout=sink,
+        proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, stdout=sink,
                               stderr=subprocess.STDOUT, check=False)
     return proc.returncode, round(time.monotonic() - started, 1)
 

@@ -39,7 +39,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.scenario import load_scenario  # noqa: E402
+from sglang_spec_harness.scenario import load_scenario  # noqa: E402
 
 
 def mode_scenario(base: dict[str, Any], mode: str, restart_repetitions: int, warm: dict[str, int]) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def harness_run(scenario: Path, out: Path, *extra: str) -> tuple[Path, int, floa
     out.mkdir(parents=True, exist_ok=True)
     before = set(out.iterdir())
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", "run", str(scenario), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "run", str(scenario), "--out", str(out),
                            "--no-progress", *extra], cwd=REPO, capture_output=True, text=True)
     new = sorted(p for p in set(out.iterdir()) - before if not p.is_symlink())
     if not new:

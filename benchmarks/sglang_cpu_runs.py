@@ -33,8 +33,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.scenario import load_scenario, scenario_to_yaml  # noqa: E402
-from harness.sglang_cpu.install import is_current  # noqa: E402
+from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml  # noqa: E402
+from sglang_spec_harness.sglang_cpu.install import is_current  # noqa: E402
 
 SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"
 INSTALL = REPO / ".sglang-cpu"
@@ -66,7 +66,7 @@ def derived_scenario(out: Path, name: str, *, planted: bool = False, fixed: bool
 def run_once(scenario: Path, out: Path) -> dict[str, Any]:
     before = set(out.iterdir()) if out.exists() else set()
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", "run", str(scenario), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "run", str(scenario), "--out", str(out),
                            "--no-progress"], cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - started
     new = [p for p in out.iterdir() if p.is_dir() and p not in before and p.name != "latest"]

@@ -28,7 +28,7 @@ if [[ -n "${WHEELHOUSE:-}" ]]; then
   export PYTHONPATH="$WORK/site"
 fi
 export PYTHONPATH="$PWD:$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-harness() { "$PYTHON" -m harness.commands.cli "$@"; }
+harness() { "$PYTHON" -m sglang_spec_harness.commands.cli "$@"; }
 status=0
 started=$SECONDS
 
@@ -37,7 +37,7 @@ OUT="$WORK/traces" PYTHON="$PYTHON" timeout 240 scripts/gpu_record_micro_traces.
 tar -czf "$OUT/gpu_fixtures.tar.gz" -C "$WORK/traces" --exclude raw . 2>/dev/null
 
 echo "== 2/3 harness run scenarios/micro_topk1_gpu.yaml ($(date -u +%T), $((SECONDS - started)) s in)"
-timeout 300 "$PYTHON" -m harness.commands.cli run scenarios/micro_topk1_gpu.yaml --out "$WORK/runs" --no-progress ${RUN_ARGS:-}
+timeout 300 "$PYTHON" -m sglang_spec_harness.commands.cli run scenarios/micro_topk1_gpu.yaml --out "$WORK/runs" --no-progress ${RUN_ARGS:-}
 rc=$?
 echo "harness run exited $rc"
 [[ $rc -eq 0 ]] || status=1
@@ -70,7 +70,7 @@ servers = {}
 for name, extra in (("graphs", []), ("eager", ["--disable-cuda-graph"])):
     port = free_port()
     servers[name] = (f"http://127.0.0.1:{port}", subprocess.Popen(
-        [sys.executable, "-m", "harness.micro.server", *flags, *extra, "--port", str(port)],
+        [sys.executable, "-m", "sglang_spec_harness.micro.server", *flags, *extra, "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 try:
     for name, (url, proc) in servers.items():
@@ -99,7 +99,7 @@ PY
 
 if [[ "${AA:-0}" == 1 ]]; then
   echo "== 5/5 A/A run of the GPU scenario ($(date -u +%T), $((SECONDS - started)) s in)"
-  timeout 300 "$PYTHON" -m harness.commands.cli run scenarios/micro_topk1_gpu.yaml --aa --out "$WORK/aa" --no-progress ${RUN_ARGS:-}
+  timeout 300 "$PYTHON" -m sglang_spec_harness.commands.cli run scenarios/micro_topk1_gpu.yaml --aa --out "$WORK/aa" --no-progress ${RUN_ARGS:-}
   echo "harness run --aa exited $? (its aa_noise_floor line is the figure)"
   aa_dir=$(ls -d "$WORK"/aa/*/ 2>/dev/null | head -1)
   [[ -n "$aa_dir" ]] && tar -czf "$OUT/gpu_aa.tar.gz" -C "$WORK/aa" --exclude '*.trace.json*' .

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.micro.trace_summary import summarize
+from sglang_spec_harness.micro.trace_summary import summarize
 from micro_client import free_port, generate, wait_healthy
 
 out = Path(os.environ["OUT"])
@@ -97,7 +97,7 @@ for variant in ("on", "off"):
     if variant == "off":
         flags.append("--disable-topk1-fast-path")
     log = open(out / f"server-{variant}.log", "wb")
-    server = subprocess.Popen([python, "-m", "harness.micro.server", *flags], stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen([python, "-m", "sglang_spec_harness.micro.server", *flags], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(url, server, variant, 300, f"; see {out}/server-{variant}.log")
         generate(url, "warm up the graphs", 32)

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.rundir.schemas import record_json_schema
-from harness.scenario import scenario_json_schema
+from sglang_spec_harness.rundir.schemas import record_json_schema
+from sglang_spec_harness.scenario import scenario_json_schema
 
 REPO = Path(__file__).resolve().parents[1]
 # The scenario's stays beside the scenarios, whose `yaml-language-server` lines name it by a relative path.

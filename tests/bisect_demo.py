@@ -19,8 +19,8 @@ from proc_helpers import group_gone, process_gone
 
 CLEAN = '"""bisect demo patch, revision {i}: changes nothing."""\nREVISION = {i}\n'
 SOFTMAX_BACK = '''"""bisect demo patch, revision {i}: selects draft tokens without the topk==1 fast path."""
-import harness.micro.engine as _engine
-import harness.micro.model as _model
+import sglang_spec_harness.micro.engine as _engine
+import sglang_spec_harness.micro.model as _model
 
 REVISION = {i}
 _select = _model.select_draft_tokens

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.interrupts import SIGNALS
+from sglang_spec_harness.run.interrupts import SIGNALS
 
 # Real GPU traces live beside the project (../shared/traces), never inside it.
 SHARED_TRACES = Path(os.environ.get("HARNESS_SHARED_TRACES") or Path(__file__).parents[2] / "shared" / "traces")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
-from harness.run.interrupts import SIGNALS
+from sglang_spec_harness.run.interrupts import SIGNALS
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER_ENV = "HARNESS_FAULT_MARKER"
@@ -308,10 +308,10 @@ class HarnessProcess:
         self.stderr_path = logs / f"{out.name}.stderr"
         argv = ["run", str(scenario), "--out", str(out), "--no-progress", *args]
         if fsize_limit is None:
-            self.argv = [sys.executable, "-m", "harness.commands.cli", *argv]
+            self.argv = [sys.executable, "-m", "sglang_spec_harness.commands.cli", *argv]
         else:  # a file-size limit (RLIMIT_FSIZE) on the harness and everything it starts
             code = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({fsize_limit}, {fsize_limit})); "
-                    f"from harness.commands.cli import main; sys.exit(main({argv!r}))")
+                    f"from sglang_spec_harness.commands.cli import main; sys.exit(main({argv!r}))")
             self.argv = [sys.executable, "-c", code]
         self.env = {**os.environ, "CI": "true", MARKER_ENV: self.marker, **(env or {})}
         self.cwd = cwd
@@ -462,7 +462,7 @@ def free_port() -> int:
 
 def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> dict:
     """A `harness` subcommand: exit code, stderr, whether it printed a traceback."""
-    result = subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, capture_output=True,
                             text=True, timeout=timeout, env={**os.environ, **(env or {})})
     err = result.stderr.strip()
     return {"exit": result.returncode, "stderr": err, "traceback": has_traceback(result.stderr + result.stdout),
@@ -476,7 +476,7 @@ def run_cli_in_process(args: list[str]) -> dict:
     import io
     import traceback
 
-    from harness.commands import cli
+    from sglang_spec_harness.commands import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

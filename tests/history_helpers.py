@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.rules import check_run_dir
 from rundir_factory import Arm, file_facts, write_run_dir
 
 START = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
@@ -68,7 +68,7 @@ def with_op_tables(run: Path) -> None:
     `gemm_kernel`, 12 per replay."""
     from collections import Counter
 
-    from harness.traces.counting import op_table_from_histograms
+    from sglang_spec_harness.traces.counting import op_table_from_histograms
 
     analysis = json.loads((run / "analysis.json").read_text())
     for trial in analysis["trials"].values():
@@ -183,11 +183,11 @@ def micro_sweep(root: Path, fast_path: list[bool], *, name: str = "20260401-0200
     candidate's trials (the micro engine's fast path on or off: `fast_path[i]`) in
     `<root>/<name>/releases/<label>/`, the baseline's trial adopted, run.json's `sweep` written, the rules
     checked and the report built. Labels default to 0.5.10, 0.5.11, ..."""
-    from harness.report import build_report
-    from harness.rundir import RunRecord, SweepPoint, read_record, write_record
-    from harness.run.combine import adopt_trials
-    from harness.run.execute import run_scenario
-    from harness.scenario import load_scenario
+    from sglang_spec_harness.report import build_report
+    from sglang_spec_harness.rundir import RunRecord, SweepPoint, read_record, write_record
+    from sglang_spec_harness.run.combine import adopt_trials
+    from sglang_spec_harness.run.execute import run_scenario
+    from sglang_spec_harness.scenario import load_scenario
 
     labels = labels or [f"0.5.{10 + i}" for i in range(len(fast_path))]
     sweep_dir = root / name
@@ -221,7 +221,7 @@ def micro_sweep(root: Path, fast_path: list[bool], *, name: str = "20260401-0200
 
 
 def create_v1_database(url: str) -> None:
-    """The tables of schema version 1 (the DDL of harness/history/db.py before version 2), empty,
+    """The tables of schema version 1 (the DDL of sglang_spec_harness/history/db.py before version 2), empty,
     with `schema_version` 1."""
     import sqlalchemy as sa
 

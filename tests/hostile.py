@@ -103,7 +103,7 @@ def problems(case: Case, step: Step, outcome: Outcome) -> list[str]:
 
 def run_in_process(argv: list[str]) -> Outcome:
     """`harness ARGV` through the real entry point, in this process (tests)."""
-    from harness.commands.cli import main
+    from sglang_spec_harness.commands.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     started = time.perf_counter()
@@ -132,7 +132,7 @@ def run_forked(argv: list[str], timeout_s: float = 120.0) -> Outcome:
                 os.dup2(err.fileno(), 2)
                 sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), write_through=True)
                 sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), write_through=True)
-                from harness.commands.cli import main
+                from sglang_spec_harness.commands.cli import main
 
                 try:
                     code = main(argv)
@@ -228,7 +228,7 @@ MICRO_SCENARIO = {
     "name": "fuzz", "description": "micro", "engine": "micro",
     "server": {"args": {"--speculative-num-steps": 3, "--vocab-size": 512}, "startup_timeout_s": 60},
     "variants": {"baseline": {"description": "softmax", "args": {"--disable-topk1-fast-path": True}},
-                 "candidate": {"description": "argmax", "patches": ["harness.patches.sglang_restore_topk1_softmax"]}},
+                 "candidate": {"description": "argmax", "patches": ["sglang_spec_harness.patches.sglang_restore_topk1_softmax"]}},
     "workload": {"num_requests": 4, "input_len": 16, "output_len": 16},
     "trials": {"repetitions": 2, "profiled": 1, "seed": 3},
     "patterns": {"argmax": "^aten::argmax$"},
@@ -486,13 +486,13 @@ def build_base_runs(root: Path) -> list[Path]:
     from rundir_factory import Arm, file_facts, write_run_dir
     from test_report import make_run_dir
 
-    from harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.rules import check_run_dir
 
     planted = write_run_dir(
         root / "planted", Arm([10.0, 10.1, 9.9, 10.05, 10.2, 9.95], profile=[file_facts(softmax_per_replay=2)]),
         Arm([9.0, 9.1, 8.9, 9.05, 9.2, 8.95], profile=[file_facts(softmax_per_replay=0)]))
     assert check_run_dir(planted).verdict == "PASS"
-    from harness.scenario import SCENARIO_END
+    from sglang_spec_harness.scenario import SCENARIO_END
 
     traced = make_run_dir(root / "traced")
     for trial_json in traced.glob("trials/*/trial.json"):  # no requests recorded: say so, as a whole trial would

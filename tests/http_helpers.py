@@ -2,7 +2,7 @@
 
 httpx's default 5 s timeout is shorter than a loaded CI machine can take to start the torch
 profiler inside a server (the first /start_profile once timed out there), so tests wait as long as
-the harness itself does (harness.run.profiling: 120 s) and ignore proxy settings as it does.
+the harness itself does (sglang_spec_harness.run.profiling: 120 s) and ignore proxy settings as it does.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Stored run directories with planted facts, for the checks and the report.
 
 Every file follows docs/internals.md; the trace analysis sections are validated against the real
-schema (harness.traces.schema.FileAnalysis), so a schema change breaks these tests, not silently.
+schema (sglang_spec_harness.traces.schema.FileAnalysis), so a schema change breaks these tests, not silently.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from harness.scenario import SCENARIO_END
-from harness.traces.schema import FileAnalysis
+from sglang_spec_harness.scenario import SCENARIO_END
+from sglang_spec_harness.traces.schema import FileAnalysis
 
 SCENARIO = {
     "name": "planted",

@@ -6,7 +6,7 @@ above them lifted from the wheel) on the cases of `make_cases()`, then saves eve
 returned or wrote:
 
 - "cpu": the wrappers take their CPU branch, which calls the harness's `sgl_kernel` stand-ins
-  (harness/sglang_cpu/stand_ins, put first on sys.path as harness.sglang_cpu.shims does);
+  (sglang_spec_harness/sglang_cpu/stand_ins, put first on sys.path as sglang_spec_harness.sglang_cpu.shims does);
 - "cuda": the same wrappers launch SGLang's Triton kernels, which TRITON_INTERPRET=1 runs on CPU
   tensors;
 - "xpu": the tree ops only. On CUDA, `build_tree_kernel_efficient_func` and `verify_tree_greedy_func`
@@ -218,7 +218,7 @@ class KVPool:
 def load(root: Path, platform: str) -> SimpleNamespace:
     """Import the wheel's callers as PLATFORM and lift the few functions above them."""
     if platform == "cpu":
-        from harness.sglang_cpu import STAND_INS_DIR
+        from sglang_spec_harness.sglang_cpu import STAND_INS_DIR
 
         sys.path.insert(0, str(STAND_INS_DIR))  # `from sgl_kernel import ...` -> the stand-ins
     finder = sglang_wheel.install(root, platform=platform)

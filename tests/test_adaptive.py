@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.run.adaptive import launch_noise_dominates
-from harness.run.plan import extend, make_plan, rotation
-from harness.scenario import SCENARIO_END, TpotGainCheck, load_scenario
-from harness.verdict import stats
-from harness.verdict.rules import look_levels
-from harness.verdict.stats.sequential import boundaries, nominal_levels, spent
-from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+from sglang_spec_harness.run.adaptive import launch_noise_dominates
+from sglang_spec_harness.run.plan import extend, make_plan, rotation
+from sglang_spec_harness.scenario import SCENARIO_END, TpotGainCheck, load_scenario
+from sglang_spec_harness.verdict import stats
+from sglang_spec_harness.verdict.rules import look_levels
+from sglang_spec_harness.verdict.stats.sequential import boundaries, nominal_levels, spent
+from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
 
 REPO = Path(__file__).resolve().parents[1]
 CHECK = TpotGainCheck(name="tpot", kind="tpot_gain", min_gain=0.01)
@@ -73,7 +73,7 @@ def _stream(rng, *, effect: float, sd_block: float, sd_launch: float, launches: 
 
 
 def _run(rng, *, effect, sd_block, sd_launch, first=6, every=2, max_rounds=48, max_launches=4, grow="auto"):
-    """The adaptive procedure of harness.run.adaptive on a synthetic stream: (verdict, rounds, launches)."""
+    """The adaptive procedure of sglang_spec_harness.run.adaptive on a synthetic stream: (verdict, rounds, launches)."""
     _, draw = _stream(rng, effect=effect, sd_block=sd_block, sd_launch=sd_launch, launches=max_launches)
     tpot, cand, labels, rounds_of, fractions = [], [], [], [], []
     rounds, per_arm, stage = 0, 2, first
@@ -208,7 +208,7 @@ def test_a_real_pair_mode_run_adds_a_pair_and_stops_the_one_before(tmp_path):
 
 
 def test_a_budget_cannot_be_run_in_parts(tmp_path):
-    from harness.errors import HarnessInputError
+    from sglang_spec_harness.errors import HarnessInputError
 
     scenario = load_scenario(_budget_scenario(tmp_path, max_rounds=10))
     with pytest.raises(HarnessInputError, match="cannot be run in parts"):
@@ -219,7 +219,7 @@ def test_a_budget_cannot_be_run_in_parts(tmp_path):
 
 
 def _harness_run(scenario: Path, out: Path, *extra: str) -> tuple[int, Path, dict, dict]:
-    proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", "run", str(scenario), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "run", str(scenario), "--out", str(out),
                            "--no-progress", "--json", *extra], capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, 1, 3), proc.stderr[-2000:]
     run_dir = Path(json.loads(proc.stdout)["run_dir"])
@@ -239,7 +239,7 @@ def test_a_real_run_stops_early_and_check_gives_its_answer(tmp_path):
     assert tpot["verdict"] == looks[-1]["verdict"] and code == (0 if results["verdict"] == "PASS" else code)
     assert tpot["numbers"]["sequential"]["looks"] == sum(1 for look in looks if look["kind"] == "tpot")
     # a stored run gives its own answer
-    check = subprocess.run([sys.executable, "-m", "harness.commands.cli", "check", str(run_dir), "--json"],
+    check = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "check", str(run_dir), "--json"],
                            capture_output=True, text=True, timeout=300)
     assert json.loads(check.stdout)["rules"] == results["rules"]
     page = (run_dir / "index.html").read_text()

@@ -35,16 +35,16 @@ from bisect_demo import (
     write_scenario,
 )
 
-from harness.bisect.plan import choose_rules, step_plan
-from harness.commands import cli
-from harness.scenario import scenario_from_dict
+from sglang_spec_harness.bisect.plan import choose_rules, step_plan
+from sglang_spec_harness.commands import cli
+from sglang_spec_harness.scenario import scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITS, PLANTED = 16, 9
 
 
 def bisect_command(scenario: Path, repo: Path, good: str, bad: str, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "harness.commands.cli", "bisect", str(scenario), "--source", str(repo),
+    return [sys.executable, "-m", "sglang_spec_harness.commands.cli", "bisect", str(scenario), "--source", str(repo),
             "--good", good, "--bad", bad, "--out", str(out), *extra]
 
 
@@ -305,8 +305,8 @@ def test_statistical_rules_run_both_arms_at_every_step():
 def test_adopting_trials_that_are_not_a_disjoint_part_of_one_plan_is_refused(tmp_path):
     from rundir_factory import Arm, write_run_dir
 
-    from harness.errors import HarnessInputError
-    from harness.run.combine import adopt_trials
+    from sglang_spec_harness.errors import HarnessInputError
+    from sglang_spec_harness.run.combine import adopt_trials
 
     one = write_run_dir(tmp_path / "a", Arm(tpot_ms=[10.0]), Arm(tpot_ms=[9.0]))
     two = write_run_dir(tmp_path / "b", Arm(tpot_ms=[10.0]), Arm(tpot_ms=[9.0]))

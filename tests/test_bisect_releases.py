@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.bisect.search import find_change
-from harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+from sglang_spec_harness.bisect.search import find_change
+from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP = INCONCLUSIVE
@@ -98,7 +98,7 @@ def test_any_single_change_with_skips_is_found_or_bracketed(count, data):
 
 
 def harness(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
 
 

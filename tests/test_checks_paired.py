@@ -8,9 +8,9 @@ import json
 
 import numpy as np
 
-from harness.verdict import stats
-from harness.verdict.rules import evaluate_run
-from harness.rundir import load_run_dir
+from sglang_spec_harness.verdict import stats
+from sglang_spec_harness.verdict.rules import evaluate_run
+from sglang_spec_harness.rundir import load_run_dir
 from rundir_factory import Arm, file_facts, write_run_dir
 
 

@@ -57,7 +57,7 @@ def core(tmp_path):
         refused.write_text("")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]),
                "TEST_BLOCKED_MODULES": ",".join(blocked), "TEST_REFUSED_LOG": str(refused)}
-        argv = [sys.executable, "-c", code] if code is not None else [sys.executable, "-m", "harness.commands.cli", *args]
+        argv = [sys.executable, "-c", code] if code is not None else [sys.executable, "-m", "sglang_spec_harness.commands.cli", *args]
         result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
         return result, sorted(set(refused.read_text().split()))
 
@@ -84,7 +84,7 @@ def test_analyze_a_real_trace_without_the_extras(core, shared_traces):
 
 def test_the_python_api_without_the_extras(core, shared_traces):
     code = f"""
-from harness.traces import analyze_traces, count_in_graph_replays
+from sglang_spec_harness.traces import analyze_traces, count_in_graph_replays
 analysis = analyze_traces([{str(shared_traces / A100)!r}])
 print(analysis.files[0].graph_launches, analysis.files[0].kernels_per_graph_launch)
 counts = count_in_graph_replays({str(shared_traces / A100)!r}, ".", "(none)")  # every GPU op of a replay, memsets too
@@ -136,9 +136,9 @@ def test_run_dry_run_needs_only_the_core(core):
 
 def test_a_path_that_escapes_the_checks_still_gets_one_line(core):
     """Without `report`'s own check, the report's first matplotlib import is caught by the CLI."""
-    code = ("import sys, harness.extras\n"
-            "harness.extras.require_extras = lambda *extras: None\n"
-            "from harness.commands.cli import main\n"
+    code = ("import sys, sglang_spec_harness.extras\n"
+            "sglang_spec_harness.extras.require_extras = lambda *extras: None\n"
+            "from sglang_spec_harness.commands.cli import main\n"
             "sys.exit(main(['report', 'reports/latest']))\n")
     result, refused = core(code=code)
     assert (result.returncode, result.stderr.splitlines()) == (2, [

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.history.extract import sglang_commit
-from harness.run.environment import probe_interpreter
+from sglang_spec_harness.history.extract import sglang_commit
+from sglang_spec_harness.run.environment import probe_interpreter
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -42,7 +42,7 @@ from faultkit import (
 )
 from test_runner import FAKE_SERVER, write_scenario
 
-from harness.run import interrupts
+from sglang_spec_harness.run import interrupts
 
 # A generous bound for a tiny run on a loaded 2-core machine; a hang is what it guards against.
 RUN_LIMIT_S = 240

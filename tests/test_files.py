@@ -1,4 +1,4 @@
-"""harness/files.py: what every record, report and page of the harness is written with."""
+"""sglang_spec_harness/files.py: what every record, report and page of the harness is written with."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.files import WriteError, append_whole, latest_link_path, update_latest_link, write_text_atomic
+from sglang_spec_harness.files import WriteError, append_whole, latest_link_path, update_latest_link, write_text_atomic
 
 
 def test_an_atomic_write_replaces_the_file_and_leaves_no_temporary_one(tmp_path):
@@ -29,7 +29,7 @@ def _with_a_full_disk(statement: str, size: int) -> subprocess.CompletedProcess:
     """`statement` in a process whose files may not grow past `size` bytes (a full disk, for it)."""
     code = ("import resource, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
             f"resource.setrlimit(resource.RLIMIT_FSIZE, ({size}, {size})); "
-            "from pathlib import Path; from harness.files import append_whole, write_text_atomic, WriteError\n"
+            "from pathlib import Path; from sglang_spec_harness.files import append_whole, write_text_atomic, WriteError\n"
             f"try:\n    {statement}\n"
             "except WriteError as exc:\n    print(exc, '|', exc.filename, '|', isinstance(exc, OSError))")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

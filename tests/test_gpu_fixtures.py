@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.traces import analyze_traces
-from harness.verdict.rules import check_run_dir
+from sglang_spec_harness.traces import analyze_traces
+from sglang_spec_harness.verdict.rules import check_run_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUMMARY = json.loads((FIXTURES / "micro_cuda_summary.json").read_text())
@@ -86,7 +86,7 @@ def test_the_fast_path_swaps_the_kernels_inside_the_draft_graph(traces, batch):
 
 
 def test_the_recorders_own_summary_agrees_with_the_analysis(traces):
-    """scripts/gpu_record_micro_traces.sh counts with its own small reader (harness.micro.trace_summary)."""
+    """scripts/gpu_record_micro_traces.sh counts with its own small reader (sglang_spec_harness.micro.trace_summary)."""
     assert SUMMARY["outputs_identical"] is True
     for key in ("off_bs1", "off_bs3", "on_bs1", "on_bs3"):
         modes = SUMMARY[key]["modes"]
@@ -136,7 +136,7 @@ def test_check_under_a_scenario_with_a_pattern_the_run_did_not_count(gpu_run):
 
 
 def test_report_and_history_open_the_gpu_run(gpu_run, tmp_path):
-    harness = [sys.executable, "-m", "harness.commands.cli"]
+    harness = [sys.executable, "-m", "sglang_spec_harness.commands.cli"]
     report = subprocess.run([*harness, "report", str(gpu_run)], capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
     page = (gpu_run / "index.html").read_text()

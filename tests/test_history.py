@@ -15,10 +15,10 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from harness.history import db
-from harness.history.changepoints import Options, change_points, e_divisive, zero_changes
-from harness.history.extract import read_run
-from harness.history.ingest import find_run_dirs, ingest
+from sglang_spec_harness.history import db
+from sglang_spec_harness.history.changepoints import Options, change_points, e_divisive, zero_changes
+from sglang_spec_harness.history.extract import read_run
+from sglang_spec_harness.history.ingest import find_run_dirs, ingest
 from history_helpers import series_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ TINY = {
 
 
 def harness(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300, **kwargs)
 
 
@@ -385,7 +385,7 @@ def test_a_database_from_a_newer_harness_is_refused(tmp_path):
 
 
 def _ingest_twice_at_once(root: Path, database: str) -> list[subprocess.CompletedProcess]:
-    procs = [subprocess.Popen([sys.executable, "-m", "harness.commands.cli", "history", "ingest", str(root), "--db",
+    procs = [subprocess.Popen([sys.executable, "-m", "sglang_spec_harness.commands.cli", "history", "ingest", str(root), "--db",
                                database, "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
     out = []

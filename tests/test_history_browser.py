@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report import build_report
+from sglang_spec_harness.report import build_report
 from history_helpers import series_run
 from test_report_browser import VIEWPORT, browser, open_report  # noqa: F401 - `browser` is a fixture
 
@@ -29,7 +29,7 @@ def trend_page(tmp_path_factory) -> tuple[Path, dict]:
     (damaged / "trials").mkdir(parents=True)
     (damaged / "run.json").write_text('{"schema_version": 1, "scenario": "planted", "status": "compl')
     database = root / "history.sqlite"
-    cli = [sys.executable, "-m", "harness.commands.cli", "history"]
+    cli = [sys.executable, "-m", "sglang_spec_harness.commands.cli", "history"]
     subprocess.run([*cli, "ingest", str(root / "runs"), "--db", str(database)], cwd=REPO, check=True,
                    capture_output=True, timeout=300)
     done = subprocess.run([*cli, "report", "--db", str(database), "--out", str(root / "page"), "--json",

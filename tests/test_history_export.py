@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.history import db
-from harness.history.export import COLUMNS
-from harness.history.ingest import find_run_dirs, ingest
+from sglang_spec_harness.history import db
+from sglang_spec_harness.history.export import COLUMNS
+from sglang_spec_harness.history.ingest import find_run_dirs, ingest
 from history_helpers import series_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ RULES_PER_RUN, RULES_PER_AA_RUN = 6, 3
 
 
 def harness(*args: str, code: str | None = None) -> subprocess.CompletedProcess:
-    command = ["-c", code] if code else ["-m", "harness.commands.cli", *args]
+    command = ["-c", code] if code else ["-m", "sglang_spec_harness.commands.cli", *args]
     return subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
@@ -122,7 +122,7 @@ def test_bad_input_is_one_line_and_exit_2(database, tmp_path, args, line):
 def test_parquet_without_pyarrow_names_the_extra(database, tmp_path):
     code = ("import sys\n"
             "sys.modules['pyarrow'] = None  # not installed\n"
-            "from harness.commands.cli import main\n"
+            "from sglang_spec_harness.commands.cli import main\n"
             f"sys.exit(main(['history', 'export', '--db', {str(database)!r}, '--format', 'parquet', "
             f"'--out', {str(tmp_path / 'h.parquet')!r}]))\n")
     done = harness(code=code)

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from harness.history import db
-from harness.history.changepoints import exact_change_points
-from harness.history.extract import read_run
-from harness.history.ingest import find_run_dirs, ingest
-from harness.history.page import write_trend_page
-from harness.traces import analyze_traces
+from sglang_spec_harness.history import db
+from sglang_spec_harness.history.changepoints import exact_change_points
+from sglang_spec_harness.history.extract import read_run
+from sglang_spec_harness.history.ingest import find_run_dirs, ingest
+from sglang_spec_harness.history.page import write_trend_page
+from sglang_spec_harness.traces import analyze_traces
 from history_helpers import create_v1_database, insert_as_v1, micro_sweep
 from test_report_browser import browser, open_report  # noqa: F401 - `browser` is a fixture
 from test_report_escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, _assert_inert
@@ -41,7 +41,7 @@ ENVIRONMENTS = [{"provider": "cpu", "adaptations": ["cpu stand-ins"], "pins": {"
 
 
 def harness(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -460,9 +460,9 @@ def test_a_change_between_runs_without_op_counts_says_so(tmp_path):
 
 
 def test_what_was_not_sglangs_is_compared_and_the_rest_is_not():
-    """The facts the two environment providers record (harness.releases, harness.sglang_cpu.releases):
+    """The facts the two environment providers record (sglang_spec_harness.releases, sglang_spec_harness.sglang_cpu.releases):
     the harness's part of them is compared, what differs at every release by nature is not."""
-    from harness.history.explain import _harness_side, environment_differences
+    from sglang_spec_harness.history.explain import _harness_side, environment_differences
 
     def side(release: str, torch: str, adaptations: list[str]) -> dict[str, str]:
         environment = {"sglang": release, "python": "/venv/bin/python", "source_dir": f"/cache/sglang-{release}",

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hostile
-from harness.commands.cli import main
-from harness.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, HarnessInputError
+from sglang_spec_harness.commands.cli import main
+from sglang_spec_harness.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, HarnessInputError
 
 SETTINGS = dict(derandomize=True, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
@@ -135,7 +135,7 @@ def test_a_gzip_bomb_is_refused_within_its_limit(tmp_path, capsys, monkeypatch):
 
 
 def test_the_ratio_limit_applies_without_a_size_limit(tmp_path, monkeypatch):
-    import harness.traces.readers as readers
+    import sglang_spec_harness.traces.readers as readers
 
     monkeypatch.setattr(readers, "RATIO_FLOOR_BYTES", 1 << 20)
     bomb = tmp_path / "bomb.json.gz"

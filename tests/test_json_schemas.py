@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.rules import check_run_dir
 from history_helpers import micro_sweep, series_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def test_the_drift_check_names_a_stale_schema(tmp_path, monkeypatch, capsys):
 
 def test_validate_prints_each_schema():
     for name in ("results", "analysis"):
-        done = subprocess.run([sys.executable, "-m", "harness.commands.cli", "validate", "--schema", name], cwd=REPO,
+        done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "validate", "--schema", name], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout == (SCHEMAS / f"{name}.schema.json").read_text()

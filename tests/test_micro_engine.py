@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.micro.engine import MicroEngine, ProfileRequest, SpecConfig
-from harness.micro.model import LOGIT_SCALE, MicroModelConfig, MicroModels, select_draft_tokens
-from harness.micro.trace_summary import summarize
+from sglang_spec_harness.micro.engine import MicroEngine, ProfileRequest, SpecConfig
+from sglang_spec_harness.micro.model import LOGIT_SCALE, MicroModelConfig, MicroModels, select_draft_tokens
+from sglang_spec_harness.micro.trace_summary import summarize
 
 SMALL = MicroModelConfig(vocab_size=8192)
 

@@ -28,7 +28,7 @@ import sglang_wheel
 from http_helpers import get, post
 from test_micro_server import SMALL_FLAGS, _generate, _greedy, start_server
 
-from harness.micro.server import BadRequest, parse_profile
+from sglang_spec_harness.micro.server import BadRequest, parse_profile
 
 
 @pytest.fixture(scope="module")

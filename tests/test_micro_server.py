@@ -20,7 +20,7 @@ import httpx
 import pytest
 from http_helpers import get, post
 
-from harness.micro.trace_summary import summarize
+from sglang_spec_harness.micro.trace_summary import summarize
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_FLAGS = ["--vocab-size", "8192", "--num-threads", "1", "--log-level", "warning"]
@@ -57,7 +57,7 @@ def start_server(log_dir: Path, *flags: str, env: dict[str, str] | None = None) 
     log_path = log_dir / f"server-{port}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "harness.micro.server", "--port", str(port), *flags],
+            [sys.executable, "-m", "sglang_spec_harness.micro.server", "--port", str(port), *flags],
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -273,7 +273,7 @@ def test_profile_file_name_self_stop_and_softmax_per_region(
 
 def _check_with_harness_analysis(trace: Path, expected_per_span: int) -> None:
     """The harness's own trace analysis (its default SGLang region table) sees the same counts."""
-    traces = pytest.importorskip("harness.traces")
+    traces = pytest.importorskip("sglang_spec_harness.traces")
     analysis = traces.analyze_traces([trace], patterns={"softmax": r"^aten::_softmax$"})
     for region in ("DRAFT_DECODE", "DRAFT_EXTEND"):
         row = analysis.count(region, "softmax", unit="span")
@@ -317,7 +317,7 @@ def test_outputs_identical_between_fast_path_servers(server_on: RunningServer, s
 )
 def test_bad_flags_exit_2(flags: list[str]) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "harness.micro.server", *flags], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "sglang_spec_harness.micro.server", *flags], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2, result.stderr
     assert "usage:" in result.stderr and "error:" in result.stderr

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.cli import main
-from harness.errors import EXIT_BAD_INPUT, HarnessInputError
-from harness.traces import analyze_traces, read_trace
+from sglang_spec_harness.commands.cli import main
+from sglang_spec_harness.errors import EXIT_BAD_INPUT, HarnessInputError
+from sglang_spec_harness.traces import analyze_traces, read_trace
 
 SOFTMAX = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float>(float*, float const*, int)"
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.run.plan import plan_trials
-from harness.scenario import scenario_from_dict
+from sglang_spec_harness.run.plan import plan_trials
+from sglang_spec_harness.scenario import scenario_from_dict
 
 
 def scenario(**trials):
@@ -61,7 +61,7 @@ def test_aa_mode_runs_the_baseline_configuration_in_both_arms():
 
 
 def test_default_order_is_random_with_a_fresh_seed_per_run():
-    from harness.run.plan import with_run_seed
+    from sglang_spec_harness.run.plan import with_run_seed
 
     s = scenario(repetitions=12, profiled=0)
     assert s.trials.order == "random" and s.trials.seed is None
@@ -85,7 +85,7 @@ def warm(**trials):
 
 
 def test_interleaved_plan_rotates_launches_so_every_combination_meets():
-    from harness.run.plan import make_plan
+    from sglang_spec_harness.run.plan import make_plan
 
     plan = make_plan(warm(mode="interleaved", repetitions=8, launches=2, profiled=1))
     assert [launch.dir for launch in plan.launches] == [
@@ -109,7 +109,7 @@ def test_interleaved_plan_rotates_launches_so_every_combination_meets():
 
 
 def test_sequential_plan_runs_one_launch_at_a_time_with_contiguous_rounds():
-    from harness.run.plan import make_plan
+    from sglang_spec_harness.run.plan import make_plan
 
     plan = make_plan(warm(mode="sequential", repetitions=7, launches=2, profiled=1))
     launches = [plan.launch_of(t).index for t in plan.trials]
@@ -125,7 +125,7 @@ def test_sequential_plan_runs_one_launch_at_a_time_with_contiguous_rounds():
 def test_warm_fields_are_validated_against_the_mode():
     import pytest as _pytest
 
-    from harness.errors import HarnessInputError
+    from sglang_spec_harness.errors import HarnessInputError
 
     with _pytest.raises(HarnessInputError, match="trials.launches: only for mode interleaved or sequential"):
         warm(launches=2)
@@ -135,7 +135,7 @@ def test_warm_fields_are_validated_against_the_mode():
 
 
 def test_nsys_profiles_get_their_own_launch_in_warm_modes():
-    from harness.run.plan import make_plan
+    from sglang_spec_harness.run.plan import make_plan
 
     s = scenario_from_dict({
         "name": "p", "engine": "micro", "variants": {"baseline": {}, "candidate": {}},
@@ -147,7 +147,7 @@ def test_nsys_profiles_get_their_own_launch_in_warm_modes():
 
 
 def test_interleaved_by_pairs_keeps_one_launch_per_arm_up_and_profiles_each_pair_last():
-    from harness.run.plan import make_plan
+    from sglang_spec_harness.run.plan import make_plan
 
     plan = make_plan(warm(mode="interleaved", servers_up="pair", repetitions=6, launches=2, profiled=2))
     numbers = [plan.launch_of(t).number for t in plan.trials]
@@ -159,7 +159,7 @@ def test_interleaved_by_pairs_keeps_one_launch_per_arm_up_and_profiles_each_pair
 
 
 def test_a_subset_keeps_its_place_in_the_full_plan_so_subsets_compose():
-    from harness.run.plan import make_plan
+    from sglang_spec_harness.run.plan import make_plan
 
     for s in (scenario(repetitions=3, profiled=1, seed=2),
               warm(mode="interleaved", repetitions=4, launches=2, profiled=1),

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from harness.errors import HarnessInputError
-from harness.traces import CountUnavailable, ReplayCounts, analyze_traces, count_in_graph_replays, replays
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.traces import CountUnavailable, ReplayCounts, analyze_traces, count_in_graph_replays, replays
 
 A100 = "hta_negative_queue_length_rank0.json.gz"
 V100 = "hta_trace_diff_test.json.gz"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.cli import main as harness_main
-from harness.report import append_step_summary, build_report, update_latest_link
-from harness.report.data import load_report_data
+from sglang_spec_harness.commands.cli import main as harness_main
+from sglang_spec_harness.report import append_step_summary, build_report, update_latest_link
+from sglang_spec_harness.report.data import load_report_data
 
 SCENARIO_YAML = """\
 name: tiny
@@ -63,7 +63,7 @@ def record_cpu_trace(path: Path, *, softmax: bool, cycles: int = 4) -> None:
 
 
 def _analysis_of(trace: Path) -> dict:
-    from harness.traces import analyze_traces
+    from sglang_spec_harness.traces import analyze_traces
 
     return analyze_traces([trace]).to_json_dict()
 
@@ -145,7 +145,7 @@ def make_run_dir(root: Path, *, name: str = "20261129-150000-tiny", analysis: bo
         (trial_dir / "requests.jsonl").write_text("")
         (trial_dir / "trial.json").write_text(json.dumps({
             "index": index, "variant": variant, "kind": kind, "repetition": rep, "status": "ok", "error": None,
-            "command": f"python -m harness.micro.server --port 1234{' --disable-topk1-fast-path' if variant == 'baseline' else ''}",
+            "command": f"python -m sglang_spec_harness.micro.server --port 1234{' --disable-topk1-fast-path' if variant == 'baseline' else ''}",
             "started": "2026-11-29T15:00:00", "finished": "2026-11-29T15:00:10",
             "server_info": {"version": "micro-0.1", "speculative_eagle_topk": 1,
                             "fast_path": variant == "candidate"},
@@ -226,7 +226,7 @@ def test_figure_svgs_have_unique_ids(run_dir):
 
 
 def test_top_kernels_and_region_time_come_from_the_traces(run_dir):
-    from harness.report import analysis_view as av
+    from sglang_spec_harness.report import analysis_view as av
 
     data = load_report_data(run_dir)
     times, label = av.region_time_per_cycle(data)
@@ -246,7 +246,7 @@ def test_top_kernels_and_region_time_come_from_the_traces(run_dir):
 
 
 def test_count_bars_from_analysis_match_the_traces(run_dir):
-    from harness.report import analysis_view as av
+    from sglang_spec_harness.report import analysis_view as av
 
     bars = {(b.region, b.variant): b for b in av.count_bars(load_report_data(run_dir), "softmax")}
     assert bars[("DRAFT_DECODE", "baseline")].per_replay_max == 2 and bars[("DRAFT_DECODE", "baseline")].total == 8

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.report import build_report
+from sglang_spec_harness.report import build_report
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("HARNESS_CHROMIUM") or "/usr/bin/chromium")
@@ -66,7 +66,7 @@ def real_run(tmp_path_factory) -> Path:
     scenario.write_text(yaml.safe_dump(TINY, sort_keys=False))
     # A separate process, as a user runs it (and away from Playwright's event loop in this one).
     done = subprocess.run(
-        [sys.executable, "-m", "harness.commands.cli", "run", str(scenario), "--out", str(root / "reports" / "runs"), "--no-progress"],
+        [sys.executable, "-m", "sglang_spec_harness.commands.cli", "run", str(scenario), "--out", str(root / "reports" / "runs"), "--no-progress"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     code = done.returncode
@@ -130,8 +130,8 @@ def test_real_run_report_files(real_run):
 
 @pytest.mark.slow
 def test_real_run_counts_show_the_softmax_where_it_should_be(real_run):
-    from harness.report import analysis_view as av
-    from harness.report.data import load_report_data
+    from sglang_spec_harness.report import analysis_view as av
+    from sglang_spec_harness.report.data import load_report_data
 
     bars = {(b.region, b.variant): b for b in av.count_bars(load_report_data(real_run), "softmax")}
     assert bars[("DRAFT_DECODE", "baseline")].per_replay_min >= 1

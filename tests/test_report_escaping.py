@@ -28,13 +28,13 @@ import pytest
 import yaml
 from markupsafe import escape
 
-from harness.bisect.git import Commit
-from harness.bisect.page import write_page
-from harness.bisect.plan import StepPlan
-from harness.bisect.result import BisectRequest, BisectResult, Step
-from harness.history.page import write_trend_page
-from harness.report import build_report
-from harness.traces import analyze_traces
+from sglang_spec_harness.bisect.git import Commit
+from sglang_spec_harness.bisect.page import write_page
+from sglang_spec_harness.bisect.plan import StepPlan
+from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Step
+from sglang_spec_harness.history.page import write_trend_page
+from sglang_spec_harness.report import build_report
+from sglang_spec_harness.traces import analyze_traces
 from test_report import make_run_dir
 from test_report_browser import browser, open_report  # noqa: F401 - the fixture is used by name
 

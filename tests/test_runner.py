@@ -19,13 +19,13 @@ import yaml
 from faultkit import HarnessProcess, kill_group, survivors, trial_in_progress, wait_for
 from proc_helpers import group_gone, process_gone
 
-from harness.commands import cli
-from harness.commands import run as run_command
-from harness.engines import keep_off_cpus, server_cpus
-from harness.run.execute import run_scenario
-from harness.scenario import load_scenario
-from harness.run.server import live_server_pids
-from harness.rundir import (
+from sglang_spec_harness.commands import cli
+from sglang_spec_harness.commands import run as run_command
+from sglang_spec_harness.engines import keep_off_cpus, server_cpus
+from sglang_spec_harness.run.execute import run_scenario
+from sglang_spec_harness.scenario import load_scenario
+from sglang_spec_harness.run.server import live_server_pids
+from sglang_spec_harness.rundir import (
     AnalysisRecord,
     EnvironmentRecord,
     LaunchRecord,
@@ -37,7 +37,7 @@ from harness.rundir import (
     record_json,
     request_line,
 )
-from harness.verdict.rules import evaluate_run
+from sglang_spec_harness.verdict.rules import evaluate_run
 import itertools
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_full_run_completes_with_every_file_of_the_contract(full_run):
         trial_dir = run_dir / entry["dir"]
         trial = read_json(trial_dir / "trial.json")
         assert trial["status"] == "ok" and trial["error"] is None, trial["error"]
-        assert "harness.micro.server" in trial["command"] and trial["server_info"]["engine"] == "micro"
+        assert "sglang_spec_harness.micro.server" in trial["command"] and trial["server_info"]["engine"] == "micro"
         assert "Uvicorn running" in (trial_dir / "server.log").read_text()
 
 
@@ -181,7 +181,7 @@ def test_full_run_traces_and_analysis(full_run):
 
 
 def assert_records_read_back_as_written(run_dir: Path) -> None:
-    """Every record the run wrote reads back through its model (harness.rundir.models) and is
+    """Every record the run wrote reads back through its model (sglang_spec_harness.rundir.models) and is
     written again byte for byte: one model for the writer and the readers, nothing lost or reordered."""
     models = {"run.json": RunRecord, "analysis.json": AnalysisRecord, "environment.json": EnvironmentRecord}
     models |= {str(p.relative_to(run_dir)): TrialRecord for p in run_dir.glob("trials/*/trial.json")}
@@ -374,7 +374,7 @@ def test_dry_run_prints_the_plan_and_commands_and_starts_nothing(tmp_path, capsy
     assert code == 0 and not (tmp_path / "runs").exists()
     assert "6 trials" in out and "01-candidate-profiled (runs baseline)" in out
     lines = [line for line in out.splitlines() if line.startswith(("baseline: ", "candidate: "))]
-    assert len(lines) == 2 and all("-m harness.micro.server" in line and "--disable-topk1-fast-path" in line for line in lines)
+    assert len(lines) == 2 and all("-m sglang_spec_harness.micro.server" in line and "--disable-topk1-fast-path" in line for line in lines)
 
 
 def test_bad_input_exits_2_with_one_line_before_anything_starts(tmp_path, capsys):
@@ -487,8 +487,8 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
         assert process_gone(pid) and group_gone(pid)
     assert not live_server_pids()
     # the report: blocks marked by launch, the launches next to the blocks, their logs
-    from harness.report import build_report
-    from harness.verdict.rules import write_results
+    from sglang_spec_harness.report import build_report
+    from sglang_spec_harness.verdict.rules import write_results
 
     write_results(run_dir, results)
     page = build_report(run_dir).html.read_text()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessInputError
-from harness.scenario import (
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.scenario import (
     DEFAULT_PATTERNS,
     load_scenario,
     render_args,
@@ -150,7 +150,7 @@ def test_a_malformed_set_is_one_line_naming_it(tmp_path, item, expected):
 
 
 def test_a_set_value_the_schema_refuses_names_the_field_not_a_line_of_the_file(tmp_path, capsys):
-    from harness.commands.cli import main
+    from sglang_spec_harness.commands.cli import main
 
     path = write(tmp_path, MINIMAL)
     with pytest.raises(HarnessInputError, match=rf"^{path} with --set: trials.repetitions: .*greater than or equal to 1"):
@@ -163,3 +163,14 @@ def test_a_set_value_the_schema_refuses_names_the_field_not_a_line_of_the_file(t
     assert err.startswith(f"harness run: {path} with --set: trials.repetitions:") and "\n" not in err
     assert main(["run", str(path), "--dry-run", "--set", "trials.repetitions=7", "--out", str(tmp_path / "runs")]) == 0
     assert "16 trials" in capsys.readouterr().out and not (tmp_path / "runs").exists()  # 2 profiled + 7 x 2 timed
+
+
+def test_patch_modules_named_by_the_package_s_old_import_name_still_load(tmp_path):
+    """Scenarios and stored run directories from before the rename say `harness.patches...`."""
+    old = MINIMAL.replace("  candidate: {}", "  candidate:\n    patches: [harness.patches.sglang_restore_topk1_softmax, harness_x.y, mine]")
+    s = load_scenario(write(tmp_path, old))
+    assert s.variants["candidate"].patches == [
+        "sglang_spec_harness.patches.sglang_restore_topk1_softmax", "harness_x.y", "mine"]
+    import importlib.util
+    # the module that name means today (found, not imported: importing installs its hook here)
+    assert importlib.util.find_spec(s.variants["candidate"].patches[0]) is not None

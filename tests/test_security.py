@@ -14,14 +14,14 @@ from http_helpers import get, post
 from test_micro_server import SMALL_FLAGS, start_server
 from test_report import make_run_dir
 
-from harness.commands.cli import main
-from harness.errors import EXIT_BAD_INPUT, HarnessInputError
-from harness.report.data import load_report_data
-from harness.run.execute import describe_commands
-from harness.run.plan import plan_trials, with_run_seed
-from harness.run.profiling import trace_files, wait_for_traces
-from harness.run.server import LOOPBACK, free_port
-from harness.scenario import scenario_from_dict
+from sglang_spec_harness.commands.cli import main
+from sglang_spec_harness.errors import EXIT_BAD_INPUT, HarnessInputError
+from sglang_spec_harness.report.data import load_report_data
+from sglang_spec_harness.run.execute import describe_commands
+from sglang_spec_harness.run.plan import plan_trials, with_run_seed
+from sglang_spec_harness.run.profiling import trace_files, wait_for_traces
+from sglang_spec_harness.run.server import LOOPBACK, free_port
+from sglang_spec_harness.scenario import scenario_from_dict
 
 MICRO = {"name": "sec", "engine": "micro", "variants": {"baseline": {}, "candidate": {}}}
 SGLANG = {"name": "sec", "engine": "sglang", "server": {"model_path": "m"}, "variants": {"baseline": {}, "candidate": {}}}
@@ -177,7 +177,7 @@ def test_check_refuses_a_trial_linked_from_outside(tmp_path):
     (run / "trials" / "01-baseline-timed").rename(elsewhere)
     (run / "trials" / "01-baseline-timed").symlink_to(elsewhere)
     with pytest.raises(HarnessInputError, match="leads outside the run directory"):
-        from harness.rundir import load_run_dir
+        from sglang_spec_harness.rundir import load_run_dir
 
         load_run_dir(run)
 
@@ -185,7 +185,7 @@ def test_check_refuses_a_trial_linked_from_outside(tmp_path):
 # ---- patches ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["harness.patches.sglang_restore_topk1_softmax", "mypatch", "_a.b_2.C"])
+@pytest.mark.parametrize("name", ["sglang_spec_harness.patches.sglang_restore_topk1_softmax", "mypatch", "_a.b_2.C"])
 def test_patches_accept_dotted_module_names(name):
     data = json.loads(json.dumps(MICRO))
     data["variants"]["baseline"]["patches"] = [name]
@@ -203,6 +203,6 @@ def test_patches_refuse_anything_but_dotted_module_names(tmp_path, name):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True))
     with pytest.raises(HarnessInputError, match=r"s.yaml:\d+: variants\.baseline\.patches: .* is not a dotted module name"):
-        from harness.scenario import load_scenario
+        from sglang_spec_harness.scenario import load_scenario
 
         load_scenario(path)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from proc_helpers import group_gone, process_gone
 
-from harness.engines import ServerCommand
-from harness.scenario import NsysSpec
-from harness.run.server import (
+from sglang_spec_harness.engines import ServerCommand
+from sglang_spec_harness.scenario import NsysSpec
+from sglang_spec_harness.run.server import (
     PORT_RANGE,
     PortInUseError,
     ServerProcess,
@@ -112,7 +112,7 @@ def test_a_pinned_server_starts_on_every_cpu_and_runs_every_thread_and_child_on_
     """Start-up may use every CPU the harness had (it only waits meanwhile), even while the harness
     keeps off the servers' CPU; from healthy on, every thread of the server and of its children is on
     the pinned CPU, also a thread started before and one started after."""
-    from harness.engines import keep_off_cpus
+    from sglang_spec_harness.engines import keep_off_cpus
 
     cpus = sorted(os.sched_getaffinity(0))
     port = free_port()
@@ -168,7 +168,7 @@ def test_a_server_ends_when_the_harness_that_started_it_is_killed_outright(tmp_p
     pid_file = tmp_path / "server.pid"
     harness = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path;"
-        "from harness.engines import ServerCommand; from harness.run.server import ServerProcess;"
+        "from sglang_spec_harness.engines import ServerCommand; from sglang_spec_harness.run.server import ServerProcess;"
         f"command = ServerCommand([sys.executable, {str(FAKE_SERVER)!r}, '--port', '{port}'], {{'FAKE_SERVER_MODE': 'healthy'}});"
         f"server = ServerProcess(command, log_path=Path({str(tmp_path / 'server.log')!r}), port={port}, startup_timeout_s=20);"
         f"server.__enter__(); Path({str(pid_file)!r}).write_text(str(server.pid)); time.sleep(600)")])

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.engines import HARNESS_SOURCE_ROOT
-from harness.errors import HarnessInputError
-from harness.run.environment import require_engine
-from harness.run.execute import RunProgress, run_scenario
-from harness.rundir import EnvironmentRecord
-from harness.scenario import load_scenario, scenario_to_yaml
-from harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR
-from harness.sglang_cpu.install import is_current, read_stamp, venv_python
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.run.environment import require_engine
+from sglang_spec_harness.run.execute import RunProgress, run_scenario
+from sglang_spec_harness.rundir import EnvironmentRecord
+from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
+from sglang_spec_harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR
+from sglang_spec_harness.sglang_cpu.install import is_current, read_stamp, venv_python
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"
@@ -41,7 +41,7 @@ STEPS = 5  # --speculative-num-steps of the scenario: draft_forward selects STEP
 
 
 def harness_cli(*args: str, timeout: float = FULL_RUN_TIMEOUT_S - 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -279,7 +279,7 @@ def test_a_server_that_dies_mid_run_is_inconclusive_and_its_log_is_kept(installe
 @pytest.mark.real_sglang
 def test_the_tiny_models_are_the_same_bytes_on_every_build(installed, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(HARNESS_SOURCE_ROOT)}
-    proc = subprocess.run([str(venv_python(installed)), "-m", "harness.sglang_cpu.tiny_models", str(tmp_path)],
+    proc = subprocess.run([str(venv_python(installed)), "-m", "sglang_spec_harness.sglang_cpu.tiny_models", str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rebuilt = json.loads((tmp_path / "models.json").read_text())
@@ -350,8 +350,8 @@ def test_a_release_whose_draft_code_the_baseline_patch_does_not_know_is_one_line
     assert proc.returncode == 2 and not (tmp_path / "runs").exists(), proc.stdout + proc.stderr
     line = proc.stderr.strip()
     assert line.startswith(f"harness run: {path}: variants.baseline: SGLang 0.5.99 at {fake}: the baseline patch "
-                           "harness.patches.sglang_restore_topk1_softmax knows the draft code of SGLang 0.5.23 only. "
-                           "To add 0.5.99: a row in SGLANG_LAYOUTS in harness/patches/sglang_restore_topk1_softmax.py")
+                           "sglang_spec_harness.patches.sglang_restore_topk1_softmax knows the draft code of SGLang 0.5.23 only. "
+                           "To add 0.5.99: a row in SGLANG_LAYOUTS in sglang_spec_harness/patches/sglang_restore_topk1_softmax.py")
     assert "HARNESS_SGLANG_LAYOUT" in line and "\n" not in line
     # a layout named for it: known passes this check (the server then tells), unknown is one line too
     env = {"baseline": {"HARNESS_SGLANG_LAYOUT": "0.5.23"}}
@@ -398,14 +398,14 @@ def _with_shims(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_shims_refuse_a_machine_with_a_gpu():
-    proc = _with_shims("import torch\ntorch.cuda.is_available = lambda: True\nimport harness.sglang_cpu.shims\nprint('ran')")
+    proc = _with_shims("import torch\ntorch.cuda.is_available = lambda: True\nimport sglang_spec_harness.sglang_cpu.shims\nprint('ran')")
     assert proc.returncode == 70 and "ran" not in proc.stdout
     assert proc.stderr.strip().startswith("harness patch failed: sglang_cpu_shims: torch sees a GPU here")
 
 
 def test_the_shims_put_the_stand_ins_first_and_unknown_ops_raise_when_called():
     proc = _with_shims(
-        "import harness.sglang_cpu.shims, sgl_kernel, torch\n"
+        "import sglang_spec_harness.sglang_cpu.shims, sgl_kernel, torch\n"
         "print(sgl_kernel.__file__)\n"
         "print(torch.ops.sgl_kernel.decode_attention_cpu.__name__)\n"
         "op = sgl_kernel.fused_moe_cpu\n"

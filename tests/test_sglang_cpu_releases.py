@@ -1,8 +1,8 @@
 """SGLang releases on this CPU: the release table, the version-aware shims and the per-release environments.
 
-harness/sglang_cpu/releases.toml says, per release, which dependency set and which adaptations
-(harness/sglang_cpu/port.py) it gets; the shims read the release on the path from its distribution
-metadata and apply them; `harness.sglang_cpu.releases.prepare` builds and caches an environment per
+sglang_spec_harness/sglang_cpu/releases.toml says, per release, which dependency set and which adaptations
+(sglang_spec_harness/sglang_cpu/port.py) it gets; the shims read the release on the path from its distribution
+metadata and apply them; `sglang_spec_harness.sglang_cpu.releases.prepare` builds and caches an environment per
 release. The fast tests need no SGLang: the shims run in a child interpreter against a fake `sglang`
 distribution (a dist-info folder and the few modules an adaptation hooks). The tests marked
 `real_sglang` prepare a real old release (they need `make sglang-cpu`) and run its own code.
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import HARNESS_SOURCE_ROOT
-from harness.sglang_cpu import SGLANG_VERSION, port
-from harness.sglang_cpu.install import is_current
-from harness.sglang_cpu.release_table import TableError, UnknownRelease, load_table, parse_table, release_key
-from harness.errors import HarnessInputError
-from harness.releases.environments import ReleaseUnavailable
-from harness.releases.versions import releases_in_range, sort_releases
-from harness.sglang_cpu.releases import prepare
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT
+from sglang_spec_harness.sglang_cpu import SGLANG_VERSION, port
+from sglang_spec_harness.sglang_cpu.install import is_current
+from sglang_spec_harness.sglang_cpu.release_table import TableError, UnknownRelease, load_table, parse_table, release_key
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.releases.environments import ReleaseUnavailable
+from sglang_spec_harness.releases.versions import releases_in_range, sort_releases
+from sglang_spec_harness.sglang_cpu.releases import prepare
 
 REPO = Path(__file__).resolve().parents[1]
 INSTALL = REPO / ".sglang-cpu"
@@ -187,7 +187,7 @@ def fake_sglang(root: Path, version: str) -> Path:
 def with_shims(code: str, *pythonpath: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, pythonpath), str(HARNESS_SOURCE_ROOT)]),
            "PYTHONNOUSERSITE": "1"}
-    return subprocess.run([sys.executable, "-c", "import harness.sglang_cpu.shims\n" + code], capture_output=True,
+    return subprocess.run([sys.executable, "-c", "import sglang_spec_harness.sglang_cpu.shims\n" + code], capture_output=True,
                           text=True, env=env, timeout=120)
 
 
@@ -323,7 +323,7 @@ def base_install() -> Path:
 
 @pytest.mark.real_sglang
 def test_an_old_release_prepares_once_and_imports_its_eagle_worker_with_the_shims(base_install):
-    from harness.sglang_cpu.releases import import_check
+    from sglang_spec_harness.sglang_cpu.releases import import_check
 
     messages: list[str] = []
     environment = prepare("0.5.12.post1", prefix=base_install, progress=messages.append)
@@ -357,7 +357,7 @@ ROUTES_CHILD = textwrap.dedent('''\
     import torch, triton, triton.language as tl
     sys.path[:0] = [sys.argv[3], sys.argv[4]]  # tests/ (sglang_wheel.lift), the stand-ins (sgl_kernel)
     import sglang_wheel
-    from harness.sglang_cpu import port
+    from sglang_spec_harness.sglang_cpu import port
 
     source, kernels = Path(sys.argv[1]), sys.argv[2].split(",")
     found = {}

@@ -1,6 +1,6 @@
 """The sgl-kernel CPU stand-ins against the Triton kernels SGLang 0.5.23 runs for the same calls.
 
-harness/sglang_cpu/stand_ins/sgl_kernel/ops.py replaces the sgl-kernel CPU ops that SGLang's EAGLE
+sglang_spec_harness/sglang_cpu/stand_ins/sgl_kernel/ops.py replaces the sgl-kernel CPU ops that SGLang's EAGLE
 topk 1 path calls on a CPU (no CPU build of sgl-kernel is on PyPI); each must do, element for
 element, what SGLang's Triton kernel does for the same call on a GPU. Three child interpreters serve
 `sglang` from the wheel (tests/sglang_wheel.py) and call SGLang's own wrappers with the same inputs
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import HARNESS_SOURCE_ROOT
-from harness.sglang_cpu import STAND_INS_DIR
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT
+from sglang_spec_harness.sglang_cpu import STAND_INS_DIR
 
 import sglang_wheel
 import sglang_cpu_stand_ins_probe as probe

@@ -1,6 +1,6 @@
 """`harness sweep` and `harness bisect` over two real SGLang releases on this CPU, whose draft selects
 its tokens differently (scenarios/sglang_cpu_release_sweep.yaml). Each release runs its own source in
-an environment `harness.sglang_cpu.releases` builds; the change point and its explanation must come
+an environment `sglang_spec_harness.sglang_cpu.releases` builds; the change point and its explanation must come
 from the traces: the numbers asserted here are read from each point's own analysis, never written in.
 
 Marked `real_sglang` (needs `make sglang-cpu`; .ci/run requires it). About 6 minutes on 2 cores, 11 on a slow VM.
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.releases.environments import release_pins
-from harness.scenario import load_scenario, scenario_to_yaml
-from harness.sglang_cpu.install import is_current
+from sglang_spec_harness.releases.environments import release_pins
+from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
+from sglang_spec_harness.sglang_cpu.install import is_current
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(TIMEOUT_S)]
 
 
 def harness_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.commands.cli", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=TIMEOUT_S, env={**os.environ, "CI": "true"})
 
 

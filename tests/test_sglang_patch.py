@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
-from harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
-from harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
+from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
+from sglang_spec_harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
 
 pytest.importorskip("torch")
 
@@ -219,11 +219,11 @@ def test_unknown_layout_fails_at_startup(tmp_path):
 
 def test_bootstrap_fails_clearly_when_a_patch_module_cannot_be_imported(tmp_path):
     proc = run_child(["-c", "print('started')"], pythonpath=[PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
-                     patches="harness.patches.no_such_patch", cwd=tmp_path)
+                     patches="sglang_spec_harness.patches.no_such_patch", cwd=tmp_path)
     assert proc.returncode == PATCH_FAILURE_EXIT_CODE and "started" not in proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("harness bootstrap: cannot import patch module 'harness.patches.no_such_patch'")
+    assert lines[0].startswith("harness bootstrap: cannot import patch module 'sglang_spec_harness.patches.no_such_patch'")
     assert "ModuleNotFoundError" in lines[0]
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
-from harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
-from harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
+from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
+from sglang_spec_harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
 
 import sglang_wheel
 import sglang_wheel_probe as probe

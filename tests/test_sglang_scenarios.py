@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV, build_server_command
-from harness.import_root import harness_import_root
-from harness.engines.sglang import build_command
-from harness.engines.sglang_versions import ENGINE_OWNED_FLAGS, LAUNCH_MODULE, RENAMED_FLAGS, RESTORE_TOPK1_SOFTMAX_PATCH
-from harness.errors import HarnessInputError
-from harness.scenario import load_scenario, render_args, scenario_from_dict
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV, build_server_command
+from sglang_spec_harness.import_root import harness_import_root
+from sglang_spec_harness.engines.sglang import build_command
+from sglang_spec_harness.engines.sglang_versions import ENGINE_OWNED_FLAGS, LAUNCH_MODULE, RENAMED_FLAGS, RESTORE_TOPK1_SOFTMAX_PATCH
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.scenario import load_scenario, render_args, scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((REPO / "scenarios").glob("sglang_*.yaml"))
@@ -114,8 +114,8 @@ def test_cpu_scenario_shape():
     assert (args["--device"], args["--speculative-eagle-topk"], args["--sleep-on-idle"]) == ("cpu", 1, True)
     assert args["--speculative-num-draft-tokens"] == args["--speculative-num-steps"] + 1
     # the CPU shims in both arms, the restore patch in the baseline only; both arms SGLang's own venv
-    assert scenario.variants["baseline"].patches == ["harness.sglang_cpu.shims", RESTORE_TOPK1_SOFTMAX_PATCH]
-    assert scenario.variants["candidate"].patches == ["harness.sglang_cpu.shims"]
+    assert scenario.variants["baseline"].patches == ["sglang_spec_harness.sglang_cpu.shims", RESTORE_TOPK1_SOFTMAX_PATCH]
+    assert scenario.variants["candidate"].patches == ["sglang_spec_harness.sglang_cpu.shims"]
     assert scenario.variants["baseline"].python == scenario.variants["candidate"].python == str(
         REPO / ".sglang-cpu" / "venv" / "bin" / "python")
     assert scenario.profile.activities == ["CPU"] and scenario.profile.with_stack  # spans and frames
@@ -227,7 +227,7 @@ def test_restore_patch_with_multi_layer_eagle_is_refused_before_starting(tmp_pat
         "variants": {"baseline": {"patches": [RESTORE_TOPK1_SOFTMAX_PATCH]}, "candidate": {}},
     })
     build_command(scenario, "candidate", host="127.0.0.1", port=1, profile_dir=tmp_path)  # no patch: fine
-    with pytest.raises(HarnessInputError, match=r"variants.baseline: patch harness.patches.sglang_restore_topk1_softmax "
+    with pytest.raises(HarnessInputError, match=r"variants.baseline: patch sglang_spec_harness.patches.sglang_restore_topk1_softmax "
                                                 r"cannot be combined with --enable-multi-layer-eagle: .*MultiLayerEagleWorkerV2"):
         build_command(scenario, "baseline", host="127.0.0.1", port=1, profile_dir=tmp_path)
 
@@ -235,7 +235,7 @@ def test_restore_patch_with_multi_layer_eagle_is_refused_before_starting(tmp_pat
 @pytest.mark.parametrize("path", sorted((REPO / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
 def test_no_shipped_rule_cannot_fail(path):
     # A rule with every bound unset is only informational (INFO): none is shipped.
-    from harness.verdict.rules import informational
+    from sglang_spec_harness.verdict.rules import informational
 
     scenario = load_scenario(path)
     assert scenario.checks
@@ -281,7 +281,7 @@ def test_rocm_scenario_matches_sglang_own_dsa_mtp_fixture():
 def test_every_sglang_scenario_names_the_version_the_extra_pins_and_the_code_knows():
     import tomllib
 
-    from harness.sglang_cpu import SGLANG_VERSION
+    from sglang_spec_harness.sglang_cpu import SGLANG_VERSION
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["sglang"]
     (pin,) = [spec for spec in extra if spec.startswith("sglang") and not spec.startswith("sglang-spec-harness")]

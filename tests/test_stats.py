@@ -1,4 +1,4 @@
-"""Tests for harness.verdict.stats: known distributions, seeded; every test runs with warnings as errors."""
+"""Tests for sglang_spec_harness.verdict.stats: known distributions, seeded; every test runs with warnings as errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from harness.verdict import stats as S
+from sglang_spec_harness.verdict import stats as S
 
 B = 2000  # bootstrap resamples in tests: plenty for the checks below, and fast
 

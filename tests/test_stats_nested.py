@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.run.plan import rotation, round_launch_pairs
-from harness.verdict import stats
+from sglang_spec_harness.run.plan import rotation, round_launch_pairs
+from sglang_spec_harness.verdict import stats
 
 
 def design(launches: int, rounds: int, mode: str = "interleaved") -> list[tuple[bool, str, int]]:

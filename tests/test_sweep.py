@@ -16,10 +16,10 @@ import pytest
 from bisect_demo import BROKEN, CLEAN, SOFTMAX_BACK, git, make_repo, same_file, server_pids, write_scenario
 from proc_helpers import group_gone, process_gone
 
-from harness.bisect.reuse import stored_points, why_not_reusable
-from harness.errors import HarnessInputError
-from harness.rundir import RunRecord, read_record
-from harness.scenario import load_scenario
+from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.rundir import RunRecord, read_record
+from sglang_spec_harness.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
 REVISIONS = [CLEAN, CLEAN, SOFTMAX_BACK, BROKEN, SOFTMAX_BACK]
@@ -27,7 +27,7 @@ WARM = {"mode": "interleaved", "launches": 1, "repetitions": 2, "profiled": 1}
 
 
 def sweep_command(scenario: Path, repo: Path, revisions: list[str], out: Path, db: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "harness.commands.cli", "sweep", str(scenario), "--source", str(repo),
+    return [sys.executable, "-m", "sglang_spec_harness.commands.cli", "sweep", str(scenario), "--source", str(repo),
             "--revisions", *revisions, "--out", str(out), "--db", str(db), *extra]
 
 
@@ -129,7 +129,7 @@ def test_a_sweep_over_releases_refuses_a_statistical_rule_and_bad_input_before_a
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and done.stderr.startswith("harness sweep: ") and message in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
-    done = subprocess.run([sys.executable, "-m", "harness.commands.cli", "sweep", str(scenario)], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "sweep", str(scenario)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "give --sglang-releases A..B, or --source REPO --revisions REV..." in done.stderr
     assert not (tmp_path / "out").exists()
@@ -143,7 +143,7 @@ def test_a_bisection_between_two_points_of_the_sweep_judges_them_from_its_runs_a
     scenario = Path(swept["sweep"]["scenario_path"])
     stored = {p["point"]: Path(p["run_dir"]) for p in swept["sweep"]["points"]}
     results_before = {point: (run_dir / "results.json").read_bytes() for point, run_dir in stored.items()}
-    done = subprocess.run([sys.executable, "-m", "harness.commands.cli", "bisect", str(scenario), "--source", str(repo),
+    done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "bisect", str(scenario), "--source", str(repo),
                            "--good", hashes[0], "--bad", hashes[2], "--reuse", str(folder), "--out",
                            str(tmp_path / "out"), "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "CI": "true"})
@@ -161,7 +161,7 @@ def test_a_bisection_between_two_points_of_the_sweep_judges_them_from_its_runs_a
         record = read_record(run_dir / "run.json", RunRecord)
         assert record.sweep is None and (run_dir / record.adopted_from).resolve() == source.resolve()
         assert (run_dir / "index.html").is_file()
-        checked = subprocess.run([sys.executable, "-m", "harness.commands.cli", "check", str(run_dir)],
+        checked = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "check", str(run_dir)],
                                  capture_output=True, text=True, timeout=120)
         assert checked.returncode == (1 if step["mark"] == "bad" else 0), checked.stdout
     # no server, no baseline run, no worktree left; the sweep's own files untouched

@@ -1,4 +1,4 @@
-"""harness.testing on stored real traces (the micro engine's CUDA graphs on an H200, tests/fixtures):
+"""sglang_spec_harness.testing on stored real traces (the micro engine's CUDA graphs on an H200, tests/fixtures):
 exact counts per replay, the tidy frame, the assertion helpers' messages, bad input; the pytest
 plugin: registered as an installed entry point, inert until a test asks for its fixture; and
 `profile_server` through that fixture against the micro engine's live server (its `/start_profile`
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessInputError
-from harness.testing import CountUnavailable, ServerProfile, assert_kernel, assert_no_kernel, profile_server
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.testing import CountUnavailable, ServerProfile, assert_kernel, assert_no_kernel, profile_server
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NUM_STEPS = 3  # the recorder's --speculative-num-steps: the draft selects NUM_STEPS - 1 times per replay
@@ -97,15 +97,15 @@ def test_bad_input_is_one_line():
 
 def test_the_plugin_is_an_installed_entry_point_and_imports_little(pytestconfig):
     (entry,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "harness"]
-    assert entry.value == "harness.pytest_plugin"
+    assert entry.value == "sglang_spec_harness.pytest_plugin"
     assert pytestconfig.pluginmanager.has_plugin("harness")  # loaded here through that entry point
     # loading it (as pytest does at start-up) imports neither the analysis nor pandas nor httpx
-    probe = ("import sys; import harness.pytest_plugin; "
-             "print(sorted(m for m in ('harness.testing', 'harness.traces.analysis', 'pandas', 'httpx') if m in sys.modules))")
+    probe = ("import sys; import sglang_spec_harness.pytest_plugin; "
+             "print(sorted(m for m in ('sglang_spec_harness.testing', 'sglang_spec_harness.traces.analysis', 'pandas', 'httpx') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
     # and the API itself needs only the core install (no torch, no server extras)
-    probe = ("import sys; import harness.testing; print(sorted(m for m in "
+    probe = ("import sys; import sglang_spec_harness.testing; print(sorted(m for m in "
              "('torch', 'fastapi', 'uvicorn', 'matplotlib', 'jinja2', 'sqlalchemy') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
@@ -115,7 +115,7 @@ def test_the_fixture_is_there_for_a_suite_that_only_installed_the_harness(tmp_pa
     # a test suite of its own, as SGLang's would be: no conftest, no `-p`; the entry point brings the fixture
     (tmp_path / "test_suite.py").write_text(
         "import pytest\n"
-        "from harness.errors import HarnessInputError\n\n"
+        "from sglang_spec_harness.errors import HarnessInputError\n\n"
         "def test_fixture(sglang_profile):\n"
         "    with pytest.raises(HarnessInputError, match='num_steps=0'):\n"
         "        sglang_profile('http://127.0.0.1:9', num_steps=0)\n")
@@ -132,12 +132,12 @@ MICRO_NUM_STEPS = 3  # the micro engine's default --speculative-num-steps
 
 @pytest.fixture(scope="module", params=["on", "off"])
 def micro_server(request, tmp_path_factory):
-    from harness.engines import ServerCommand
-    from harness.run.server import ServerProcess, free_port
+    from sglang_spec_harness.engines import ServerCommand
+    from sglang_spec_harness.run.server import ServerProcess, free_port
 
     port = free_port()
     flags = MICRO_FLAGS + ([] if request.param == "on" else ["--disable-topk1-fast-path"])
-    command = ServerCommand([sys.executable, "-m", "harness.micro.server", "--port", str(port), *flags])
+    command = ServerCommand([sys.executable, "-m", "sglang_spec_harness.micro.server", "--port", str(port), *flags])
     with ServerProcess(command, log_path=tmp_path_factory.mktemp("micro") / "server.log", port=port,
                        startup_timeout_s=120) as server:
         yield request.param, server.base_url
@@ -164,7 +164,7 @@ def test_the_fixture_profiles_a_live_server_through_start_profile(micro_server, 
 
 @pytest.mark.slow
 def test_a_failed_request_stops_the_profiler_and_says_which(micro_server, tmp_path):
-    from harness.testing import ProfilingError
+    from sglang_spec_harness.testing import ProfilingError
 
     _, url = micro_server
     with pytest.raises(ProfilingError, match=f"{url}: prompt 1 failed while profiling: HTTP 400"):

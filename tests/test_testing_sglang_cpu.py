@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import build_server_command
-from harness.run.server import LOOPBACK, ServerProcess, free_port
-from harness.run.workload import synthetic_prompt_ids
-from harness.scenario import load_scenario
-from harness.sglang_cpu.install import is_current
-from harness.testing import assert_kernel, assert_no_kernel
+from sglang_spec_harness.engines import build_server_command
+from sglang_spec_harness.run.server import LOOPBACK, ServerProcess, free_port
+from sglang_spec_harness.run.workload import synthetic_prompt_ids
+from sglang_spec_harness.scenario import load_scenario
+from sglang_spec_harness.sglang_cpu.install import is_current
+from sglang_spec_harness.testing import assert_kernel, assert_no_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"

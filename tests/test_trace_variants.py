@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.commands.cli import main
-from harness.errors import EXIT_BAD_INPUT, HarnessInputError
-from harness.traces import analyze_traces, read_trace
+from sglang_spec_harness.commands.cli import main
+from sglang_spec_harness.errors import EXIT_BAD_INPUT, HarnessInputError
+from sglang_spec_harness.traces import analyze_traces, read_trace
 
 SOFTMAX = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)"
 GEMM = "Cijk_Alik_Bljk_HHS_BH_MT64x64x32_MI32x32x8x1"
@@ -253,7 +253,7 @@ def test_a_needed_field_no_writer_produces_is_one_clear_line(tmp_path, capsys, c
 
 def test_the_event_position_is_counted_across_slices(tmp_path, monkeypatch):
     """Events are decoded a few MB at a time; the position in the message is the file's."""
-    import harness.traces.kineto as kineto
+    import sglang_spec_harness.traces.kineto as kineto
 
     monkeypatch.setattr(kineto, "SLICE_BYTES", 256)
     doc = cuda_trace()
@@ -264,7 +264,7 @@ def test_the_event_position_is_counted_across_slices(tmp_path, monkeypatch):
 
 
 def test_a_non_object_event_is_named_by_its_position(tmp_path, monkeypatch):
-    import harness.traces.kineto as kineto
+    import sglang_spec_harness.traces.kineto as kineto
 
     monkeypatch.setattr(kineto, "SLICE_BYTES", 256)
     doc = cuda_trace()
@@ -275,7 +275,7 @@ def test_a_non_object_event_is_named_by_its_position(tmp_path, monkeypatch):
 
 def test_strings_full_of_event_boundaries_cost_a_bounded_number_of_decodes(tmp_path, monkeypatch):
     """A kernel name made of `},{` cannot make the slicer retry once per fake boundary."""
-    import harness.traces.kineto as kineto
+    import sglang_spec_harness.traces.kineto as kineto
 
     monkeypatch.setattr(kineto, "SLICE_BYTES", 64)
     decodes = []
@@ -314,7 +314,7 @@ REAL_TABLE_SIZES = {
 
 @pytest.mark.parametrize("name", sorted(REAL_TABLE_SIZES))
 def test_real_trace_table_sizes(shared_traces, name):
-    from harness.traces.names import (
+    from sglang_spec_harness.traces.names import (
         ANNOTATION_KIND_OF_CATEGORY, CPU_OP_CATEGORIES, GPU_OP_KIND_OF_CATEGORY, RUNTIME_CATEGORIES)
 
     tables = read_trace(shared_traces / name)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.cli import main
-from harness.errors import EXIT_BAD_INPUT
+from sglang_spec_harness.commands.cli import main
+from sglang_spec_harness.errors import EXIT_BAD_INPUT
 
 A100 = "hta_negative_queue_length_rank0.json.gz"
 QWEN3_ROCM = "tracelens_sglang_qwen3_8b_decode_rocm.json.gz"
@@ -118,7 +118,7 @@ def test_bad_pattern_flags_exit_2(shared_traces, capsys):
 def test_subprocess_bad_input_has_no_traceback(bad_inputs):
     """The installed entry point, end to end: one line, exit 2, no traceback."""
     path = bad_inputs["truncated gzip"]
-    result = subprocess.run([sys.executable, "-m", "harness.commands.cli", "analyze", str(path)],
+    result = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "analyze", str(path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == EXIT_BAD_INPUT
     assert "Traceback" not in result.stderr

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from harness.traces import NO_REGION, analyze_traces  # noqa: E402
+from sglang_spec_harness.traces import NO_REGION, analyze_traces  # noqa: E402
 
 CYCLES = 3
 ARGMAX = {"argmax": r"^aten::argmax$"}

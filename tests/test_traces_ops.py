@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from harness.traces import analyze_traces
-from harness.traces.analysis import TraceAnalysis
-from harness.traces.schema import CombinedAnalysis, FileAnalysis, OpTable
+from sglang_spec_harness.traces import analyze_traces
+from sglang_spec_harness.traces.analysis import TraceAnalysis
+from sglang_spec_harness.traces.schema import CombinedAnalysis, FileAnalysis, OpTable
 
 REAL = ("hta_negative_queue_length_rank0.json.gz", "hta_trace_diff_test.json.gz",
         "tracelens_sglang_qwen3_8b_decode_rocm.json.gz", "tracelens_vllm_prefilldecode_piecewise_graph_execution_rocm.json.gz",

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.traces import NO_REGION, TraceAnalysis, analyze_traces
+from sglang_spec_harness.traces import NO_REGION, TraceAnalysis, analyze_traces
 
 A100 = "hta_negative_queue_length_rank0.json.gz"
 V100 = "hta_trace_diff_test.json.gz"

@@ -22,7 +22,7 @@ variants:
 
 def validate(*files: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "harness.commands.cli", "validate", *map(str, files)],
+        [sys.executable, "-m", "sglang_spec_harness.commands.cli", "validate", *map(str, files)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
 

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-import harness.import_root as import_root
-from harness.commands import cli
-from harness.engines import HARNESS_SOURCE_ROOT, variant_environment
-from harness.errors import EXIT_BAD_INPUT, HarnessInputError
-from harness.scenario import load_scenario
-from harness.shipped import names_relative_paths, scenario_path, shipped_names
+import sglang_spec_harness.import_root as import_root
+from sglang_spec_harness.commands import cli
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, variant_environment
+from sglang_spec_harness.errors import EXIT_BAD_INPUT, HarnessInputError
+from sglang_spec_harness.scenario import load_scenario
+from sglang_spec_harness.shipped import names_relative_paths, scenario_path, shipped_names
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE_DIR = REPO / "harness"
+PACKAGE_DIR = REPO / "sglang_spec_harness"
 
 
 # ---- the import root: a folder with the harness and nothing else -------------------------------------
@@ -32,8 +32,8 @@ PACKAGE_DIR = REPO / "harness"
 
 def test_the_import_root_holds_only_the_harness_package():
     root = import_root.harness_import_root()
-    assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == ["harness"]
-    assert (root / "harness").resolve() == PACKAGE_DIR
+    assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == ["sglang_spec_harness"]
+    assert (root / "sglang_spec_harness").resolve() == PACKAGE_DIR
     assert not root.resolve().is_relative_to(REPO)
 
 
@@ -61,16 +61,16 @@ def test_concurrent_runs_share_one_link(tmp_path, monkeypatch):
         thread.join()
     assert not errors and len(set(roots)) == 1
     (root,) = set(roots)
-    assert [p.name for p in root.iterdir()] == ["harness"]  # no staged link left behind
-    assert os.readlink(root / "harness") == str(PACKAGE_DIR)
+    assert [p.name for p in root.iterdir()] == ["sglang_spec_harness"]  # no staged link left behind
+    assert os.readlink(root / "sglang_spec_harness") == str(PACKAGE_DIR)
 
 
 def test_a_link_to_elsewhere_is_repaired(tmp_path):
     root = import_root._cached_import_root(tmp_path)
-    (root / "harness").unlink()
-    (root / "harness").symlink_to(tmp_path, target_is_directory=True)  # a moved or removed install
+    (root / "sglang_spec_harness").unlink()
+    (root / "sglang_spec_harness").symlink_to(tmp_path, target_is_directory=True)  # a moved or removed install
     assert import_root._cached_import_root(tmp_path) == root
-    assert (root / "harness").resolve() == PACKAGE_DIR
+    assert (root / "sglang_spec_harness").resolve() == PACKAGE_DIR
 
 
 def test_an_unwritable_cache_falls_back_to_a_folder_of_the_process_own(tmp_path, monkeypatch):
@@ -82,15 +82,15 @@ def test_an_unwritable_cache_falls_back_to_a_folder_of_the_process_own(tmp_path,
         root = import_root.harness_import_root()
     finally:
         import_root.harness_import_root.cache_clear()
-    assert root.name.startswith("harness-import-root-") and (root / "harness").resolve() == PACKAGE_DIR
+    assert root.name.startswith("harness-import-root-") and (root / "sglang_spec_harness").resolve() == PACKAGE_DIR
 
 
 def test_the_roots_of_removed_installs_are_forgotten(tmp_path):
     gone, kept = tmp_path / "cache" / "gone", tmp_path / "cache" / "kept"
     for folder in (gone, kept):
         folder.mkdir(parents=True)
-    (gone / "harness").symlink_to(tmp_path / "removed-venv" / "harness", target_is_directory=True)
-    (kept / "harness").symlink_to(PACKAGE_DIR, target_is_directory=True)
+    (gone / "sglang_spec_harness").symlink_to(tmp_path / "removed-venv" / "sglang_spec_harness", target_is_directory=True)
+    (kept / "sglang_spec_harness").symlink_to(PACKAGE_DIR, target_is_directory=True)
     root = import_root._cached_import_root(tmp_path / "cache")
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(["kept", root.name])
 
@@ -147,13 +147,13 @@ def test_init_into_a_file_is_one_line(tmp_path, capsys):
 
 
 def test_a_scenario_with_relative_paths_inside_a_package_asks_for_init(tmp_path, monkeypatch):
-    import harness.shipped as shipped
+    import sglang_spec_harness.shipped as shipped
 
-    folder = tmp_path / "harness" / "scenarios"
+    folder = tmp_path / "sglang_spec_harness" / "scenarios"
     folder.mkdir(parents=True)
     for name in ("micro_topk1.yaml", "sglang_cpu_tiny_eagle_topk1.yaml"):
         (folder / name).write_bytes((REPO / "scenarios" / name).read_bytes())
-    monkeypatch.setattr(shipped, "PACKAGE_DIR", tmp_path / "harness")  # as in an installed wheel
+    monkeypatch.setattr(shipped, "PACKAGE_DIR", tmp_path / "sglang_spec_harness")  # as in an installed wheel
     monkeypatch.chdir(tmp_path)
     assert scenario_path("micro_topk1") == folder / "micro_topk1.yaml"
     with pytest.raises(HarnessInputError, match=r"harness init DIR` and run DIR/scenarios/sglang_cpu_tiny_eagle_topk1.yaml"):
@@ -162,7 +162,7 @@ def test_a_scenario_with_relative_paths_inside_a_package_asks_for_init(tmp_path,
 
 # ---- the wheel, in a fresh venv, outside the source tree -----------------------------------------------
 
-WHEEL_SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "harness", "scenarios")
+WHEEL_SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "sglang_spec_harness", "scenarios")
 # What `make profile` installs (the Makefile's RUN_EXTRAS), torch pinned to the CPU build on local disk.
 RUN_EXTRAS = "micro,report"
 TORCH_SPEC = "torch==2.13.0"
@@ -203,11 +203,11 @@ def test_a_wheel_in_a_fresh_venv_runs_the_default_scenario_outside_the_source_tr
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
     # the installed package, not this checkout
-    where = _checked([str(python), "-c", "import harness, harness.shipped as s; print(harness.__file__); print(s.shipped_scenarios_dir())"],
+    where = _checked([str(python), "-c", "import sglang_spec_harness, sglang_spec_harness.shipped as s; print(sglang_spec_harness.__file__); print(s.shipped_scenarios_dir())"],
                      cwd=work, env=env).split()
     site_packages = Path(where[0]).parents[1]
     assert site_packages.name == "site-packages" and site_packages.is_relative_to(venv)
-    assert Path(where[1]) == site_packages / "harness" / "scenarios"
+    assert Path(where[1]) == site_packages / "sglang_spec_harness" / "scenarios"
 
     # the shipped default scenario by name, from a directory outside the source tree
     proc = subprocess.run([str(harness), "run", "micro_topk1", "--out", "runs", "--no-progress", "--json", *SHORT],
@@ -228,8 +228,8 @@ def test_a_wheel_in_a_fresh_venv_runs_the_default_scenario_outside_the_source_tr
         entries = env_part["PYTHONPATH"].split(os.pathsep)
         assert not any("site-packages" in entry for entry in entries), entries
         (root,) = [Path(e) for e in entries if Path(e).is_relative_to(tmp_path / "cache")]
-        assert [p.name for p in root.iterdir()] == ["harness"]
-        assert (root / "harness").resolve() == site_packages / "harness"
+        assert [p.name for p in root.iterdir()] == ["sglang_spec_harness"]
+        assert (root / "sglang_spec_harness").resolve() == site_packages / "sglang_spec_harness"
 
     # `harness init` writes the scenarios out; the one with ../.sglang-cpu runs from there, not by name
     _checked([str(harness), "init", "."], cwd=work, env=env)

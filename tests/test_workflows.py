@@ -218,7 +218,7 @@ def test_cpu_workflow_runs_ci_run_with_a_pip_cache_and_a_concurrency_group():
 
 
 def _matrix(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "harness.commands.cli", "scenario-info", "--github-matrix", *args],
+    proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "scenario-info", "--github-matrix", *args],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
@@ -280,7 +280,7 @@ def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
         run.rename(target)
     harness = tmp_path / ".venv" / "bin" / "harness"
     harness.parent.mkdir(parents=True)
-    harness.write_text(f"#!/bin/sh\nexec {sys.executable} -m harness.commands.cli \"$@\"\n")
+    harness.write_text(f"#!/bin/sh\nexec {sys.executable} -m sglang_spec_harness.commands.cli \"$@\"\n")
     harness.chmod(0o755)
     (tmp_path / "Makefile").write_text(f"include {REPO}/Makefile\n")
     wf = load(NIGHTLY)
@@ -357,7 +357,7 @@ def test_make_targets_of_the_workflows_dry_run():
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
-    assert "harness.sglang_cpu.install --prefix .sglang-cpu --sglang 'dl/folder'" in dry(
+    assert "sglang_spec_harness.sglang_cpu.install --prefix .sglang-cpu --sglang 'dl/folder'" in dry(
         "sglang-install", "SGLANG_DEVICE=cpu", "SGLANG_PATH=dl/folder")
     assert "--sglang 'sglang>=0.5.23'" in dry("sglang-install", "SGLANG_DEVICE=cpu", "SGLANG_SPEC=sglang>=0.5.23")
     assert 'SGLANG_REF="v0.5.23"' in dry("sglang-install", "SGLANG_REF=v0.5.23") and "scripts/install_sglang_gpu.sh" in dry(

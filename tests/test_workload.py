@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import ServerCommand
-from harness.errors import HarnessInputError
-from harness.scenario import WorkloadSpec
-from harness.run.server import ServerProcess, free_port
-from harness.run.workload import build_prompts, send_requests, summarize
-from harness.rundir import RequestRow
+from sglang_spec_harness.engines import ServerCommand
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.scenario import WorkloadSpec
+from sglang_spec_harness.run.server import ServerProcess, free_port
+from sglang_spec_harness.run.workload import build_prompts, send_requests, summarize
+from sglang_spec_harness.rundir import RequestRow
 
 FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
 

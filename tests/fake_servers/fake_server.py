@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A misbehaving stand-in for a server, used as a variant's `python` in failure tests.
 
-It is called like an interpreter (`fake_server.py -m harness.micro.server --host H --port P ...`)
+It is called like an interpreter (`fake_server.py -m sglang_spec_harness.micro.server --host H --port P ...`)
 and behaves as $FAKE_SERVER_MODE says:
   unhealthy      listens, but GET /health answers 503 forever
   broken_stream  healthy; /generate sends one chunk, then drops the connection mid-body

@@ -1,0 +1,180 @@
+"""`harness history ingest|report|export`: the results database across runs, change points, the trend page.
+
+`ingest RUN_DIR_OR_ROOT...` loads run directories (or folders of them) into the database; `report`
+finds the change points of every series and writes the trend page (or prints the facts with --json),
+exiting 1 when the newest change point of a series is a regression beyond --max-regression, 3 when
+the database holds no complete run; `export` writes the database as one tidy table (CSV or Parquet)
+for dashboards.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+DB_HELP = ("a SQLite file or a database URL (postgresql://user@host/db); default $HARNESS_HISTORY_DB, "
+           "else reports/history.sqlite")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="history_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    ingest = sub.add_parser("ingest", help="load run directories into the results database",
+                            description="Load run directories (or folders of them, e.g. reports/runs) into the "
+                                        "results database. Re-ingesting changes nothing; a damaged or incomplete run "
+                                        "is recorded with its reason.")
+    ingest.add_argument("paths", nargs="+", metavar="RUN_DIR_OR_ROOT")
+    ingest.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    ingest.add_argument("--quiet", action="store_true", help="print only the totals")
+
+    report = sub.add_parser("report", help="change points of every series; the trend page",
+                            description="Find the change points of every series (scenario x variant x metric x "
+                                        "hardware) and write the trend page. Exit 1 when a series' newest change point "
+                                        "is a regression beyond --max-regression, 3 when there is no complete run.")
+    report.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    report.add_argument("--out", metavar="DIR", default="reports/history",
+                        help="where index.html and history.json go (default reports/history)")
+    report.add_argument("--json", action="store_true", help="print the facts as JSON instead of a summary")
+    report.add_argument("--max-regression", type=_fraction, default=0.05, metavar="FRACTION",
+                        help="gate: a newest change point worse by at least this much fails (default 0.05)")
+    report.add_argument("--max-pvalue", type=_fraction, default=0.01, metavar="P",
+                        help="significance of a split in the permutation test (default 0.01)")
+    report.add_argument("--min-magnitude", type=_fraction, default=0.05, metavar="FRACTION",
+                        help="ignore shifts smaller than this relative size (default 0.05)")
+    report.add_argument("--permutations", type=_positive, default=999, help="permutations per test (default 999)")
+    report.add_argument("--min-size", type=_positive, default=3, metavar="RUNS",
+                        help="runs on each side of a change point (default 3)")
+    report.add_argument("--seed", type=int, default=0, help="seed of the permutations (default 0)")
+    report.add_argument("--scenario", action="append", metavar="NAME", dest="scenarios",
+                        help="only this scenario's runs (repeatable; default every scenario)")
+
+    export = sub.add_parser("export", help="the database as one tidy table (CSV or Parquet) for dashboards",
+                            description="Write one row per run, per run x variant x metric (the samples' count, "
+                                        "median, mean, min, max) and per run x rule (verdict, reason, ratio and "
+                                        "interval), each with its run's columns; docs/history.md lists them.")
+    export.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    export.add_argument("--format", choices=("csv", "parquet"), default="csv",
+                        help="csv (default) or parquet (needs the [parquet] extra)")
+    export.add_argument("--out", metavar="FILE", help="where to write it (default: CSV to stdout; Parquet needs a FILE)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sglang_spec_harness.extras import require_extras
+
+    if args.history_command == "ingest":
+        require_extras("history")
+        return _ingest(args)
+    if args.history_command == "export":
+        require_extras("history", *(("parquet",) if args.format == "parquet" else ()))
+        return _export(args)
+    require_extras("history", "report")  # the trend page
+    return _report(args)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from sglang_spec_harness.history.db import display_url, open_database, row_counts
+    from sglang_spec_harness.history.ingest import find_run_dirs, ingest
+
+    run_dirs = find_run_dirs(args.paths)
+    if not run_dirs:
+        from sglang_spec_harness.errors import HarnessInputError
+
+        raise HarnessInputError(f"{' '.join(args.paths)}: no run directory found (expected folders with run.json)")
+    engine = open_database(args.db)
+
+    def show(outcome) -> None:
+        r = outcome.record
+        if not args.quiet:
+            extra = f": {r.reason}" if r.reason else ""
+            print(f"{outcome.action:9} {r.status:10} {r.name}{extra}", flush=True)
+
+    outcomes = ingest(engine, run_dirs, on_run=show)
+    actions = {a: sum(o.action == a for o in outcomes) for a in ("added", "updated", "unchanged")}
+    statuses = {s: sum(o.record.status == s for o in outcomes) for s in ("complete", "incomplete", "damaged")}
+    counts = row_counts(engine)
+    print(f"{len(outcomes)} runs: {actions['added']} added, {actions['updated']} updated, {actions['unchanged']} "
+          f"unchanged; {statuses['complete']} complete, {statuses['incomplete']} incomplete, {statuses['damaged']} "
+          f"damaged. Database {display_url(str(engine.url))}: {counts['runs']} runs, {counts['samples']} samples.")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from sglang_spec_harness.errors import HarnessInputError
+    from sglang_spec_harness.history.export import existing_database, export_table, write_table
+
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():
+        raise HarnessInputError(f"--out {args.out}: no such directory {out.parent}")
+    table = export_table(existing_database(args.db))
+    write_table(table, args.format, out)
+    if out is not None:  # stdout holds the CSV otherwise
+        runs = int((table["record"] == "run").sum())
+        print(f"{len(table)} rows ({runs} runs) written to {out}", file=sys.stderr)
+    return 0
+
+
+def _directed(change: dict) -> bool:
+    """Whether the series has a worse direction (an output hash or an op mix only changes)."""
+    from sglang_spec_harness.history.analyze import metric_info
+
+    return metric_info(change["metric"]).worse is not None
+
+
+def _report(args: argparse.Namespace) -> int:
+    import json
+
+    from sglang_spec_harness.errors import one_line
+    from sglang_spec_harness.history.analyze import history_facts
+    from sglang_spec_harness.history.changepoints import Options
+    from sglang_spec_harness.history.db import display_url, open_database
+    from sglang_spec_harness.history.page import write_trend_page
+
+    engine = open_database(args.db)
+    options = Options(max_pvalue=args.max_pvalue, permutations=args.permutations, min_size=args.min_size,
+                      min_magnitude=args.min_magnitude, seed=args.seed)
+    facts = history_facts(engine, options, max_regression=args.max_regression,
+                          database=display_url(engine.url.render_as_string(hide_password=False)),
+                          scenarios=args.scenarios)
+    page = write_trend_page(facts, args.out)
+    if args.json:
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
+        return facts["exit_code"]
+    runs = facts["runs"]
+    print(f"{runs['complete']} complete runs ({runs['incomplete']} incomplete, {runs['damaged']} damaged), "
+          f"{len(facts['series'])} series, {len(facts['change_points'])} change points")
+    explanations = {e["id"]: e for e in facts["explanations"]}
+    for i, c in enumerate(facts["change_points"]):
+        size = f"{c['magnitude'] * 100:+.1f}%" if c["magnitude"] is not None else "from zero"
+        p = "exact" if c["kind"] == "exact" else "zero rule" if c["p_value"] is None else f"p={c['p_value']:.3g}"
+        word = "REGRESSION " if c["regression"] else "improvement" if _directed(c) else "change     "
+        where = f"at {c['label_after']}" if c["label_after"] is not None else f"from run {c['run']}"
+        print(f"  {word} {one_line(c['series'])}: {c['before']:.4g} -> {c['after']:.4g} ({size}, {p}) {one_line(where)}")
+        following = facts["change_points"][i + 1] if i + 1 < len(facts["change_points"]) else None
+        if c["explanation"] and (following is None or following["explanation"] != c["explanation"]):
+            print(f"    why: {one_line(explanations[c['explanation']]['sentence'])}")
+    for d in facts["damaged"]:
+        print(f"  {d['status']}: {one_line(d['run'])}: {one_line(d['reason'] or '')}")
+    print(f"gate: {facts['gate']['verdict']} (max regression {args.max_regression:g}); page: {page}")
+    return facts["exit_code"]

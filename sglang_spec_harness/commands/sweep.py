@@ -1,0 +1,142 @@
+"""`harness sweep SCENARIO --sglang-releases A..B`: the candidate at each SGLang release of the range
+(or `--source REPO --revisions REV...`: at each revision of a checkout), a run directory and a
+history point per release, and the change points with the kernel diff that explains each.
+
+Exit codes: 0 when at least two points ran (the series and their change points are in sweep.json and
+the history); 3 when fewer did; 2 bad input; 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+DB_HELP = ("the history database the points go into: a SQLite file or a database URL; default $HARNESS_HISTORY_DB, "
+           "else reports/history.sqlite")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
+    parser.add_argument("--sglang-releases", metavar="A..B", dest="releases",
+                        help="SGLang's releases from A to B inclusive (final and .postN, from the registry, in version order)")
+    parser.add_argument("--source", metavar="REPO", help="or: a git checkout of SGLang (the variant's pythonpath lies inside it)")
+    parser.add_argument("--revisions", nargs="+", default=[], metavar="REV",
+                        help="with --source: the revisions to run, in the order to sweep (tags, commits, branches)")
+    parser.add_argument("--variant", default="candidate", help="the variant that runs each point (default: candidate)")
+    parser.add_argument("--rule", action="append", default=[], metavar="NAME", dest="rules",
+                        help="an exact rule to judge each point by (repeatable; default: every kernel_count and "
+                        "output_identity rule that judges the variant)")
+    parser.add_argument("--environments", default="auto", choices=("auto", "sglang-cpu", "target"),
+                        help="where each release runs: sglang-cpu (this CPU's environments, sglang_spec_harness.sglang_cpu), target "
+                        "(the release installed beside the variant's interpreter: a GPU runner), auto (sglang-cpu for a "
+                        "scenario with the CPU shims)")
+    parser.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    parser.add_argument("--no-history", action="store_true", help="do not ingest the points into the history database")
+    parser.add_argument("--out", metavar="DIR", default="reports/sweeps", help="where sweeps go (default: reports/sweeps)")
+    parser.add_argument("--json", action="store_true", help="print sweep.json at the end (progress goes to stderr)")
+    from sglang_spec_harness.commands.run import add_set_argument
+
+    add_set_argument(parser)
+
+
+def _make_progress(stream: TextIO) -> Any:
+    from sglang_spec_harness.commands.trial_lines import TrialLines
+    from sglang_spec_harness.history.sweep import SweepProgress
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
+    class Printer(SweepProgress):
+        run = TrialLines(say)
+
+        def started(self, result: Any) -> None:
+            labels = [p.label for p in result.points]
+            say(f"sweep {result.scenario}: variant {result.request.variant} at {len(labels)} point(s) "
+                f"({labels[0]} .. {labels[-1]}), environments: {result.environments}; rules: {', '.join(result.rules)}")
+            say(f"  output: {result.out_dir}")
+
+        def baseline_started(self, run_dir: Path) -> None:
+            say(f"  trials that run once: {run_dir}")
+
+        def point_started(self, point: Any, total: int) -> None:
+            say(f"  [{point.position + 1}/{total}] {point.label}")
+
+        def note(self, text: str) -> None:
+            say(f"    {text}")
+
+        def point_finished(self, point: Any, total: int) -> None:
+            say(f"  [{point.position + 1}/{total}] {point_line(point)}")
+
+    return Printer()
+
+
+def _per_replay(value: Any) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, list):
+        return f"{value[0]}-{value[1]}"
+    return str(value)
+
+
+def point_line(point: Any) -> str:
+    """One line per point: what it measured, or why it could not run."""
+    if point.status != "ran":
+        return f"{point.label}: {point.status}: {point.reason}"
+    numbers = point.numbers
+    regions = []
+    for region, entry in sorted(numbers.get("regions", {}).items()):
+        if region.startswith("("):  # work outside every region: not what the rules count
+            continue
+        counts = " ".join(f"{pattern} {_per_replay(v)}" for pattern, v in sorted(entry.get("per_replay", {}).items()))
+        if counts:
+            regions.append(f"{region}: {counts}")
+    tpot = f"TPOT {numbers['tpot_ms']:.1f} ms" if numbers.get("tpot_ms") is not None else "TPOT ?"
+    accept = f"accept {numbers['accept_length']:.2f}" if numbers.get("accept_length") is not None else "accept ?"
+    outputs = f"outputs {numbers['output_hash'][:10]}" if numbers.get("output_hash") else "outputs ?"
+    took = ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in point.seconds.items() if isinstance(v, (int, float)))
+    return (f"{point.label}: {point.verdict}; per replay {'; '.join(regions) or 'no regions'}; {tpot}; {accept}; "
+            f"{outputs} ({took})")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sglang_spec_harness.extras import require_extras
+
+    require_extras("report", *([] if args.no_history else ["history"]))
+    from sglang_spec_harness.history.sweep import SweepRequest, run_sweep
+
+    request = SweepRequest(scenario_path=Path(args.scenario), releases=args.releases,
+                           source=Path(args.source) if args.source else None, revisions=tuple(args.revisions),
+                           variant=args.variant, rules=tuple(args.rules), environments=args.environments,
+                           out_root=Path(args.out), db=args.db, ingest=not args.no_history,
+                           overrides=tuple(args.overrides))
+    result = run_sweep(request, _make_progress(sys.stderr if args.json else sys.stdout))
+    if args.json:
+        print(json.dumps(result.to_json_dict(), indent=2))
+    else:
+        print_result(result)
+    if result.interrupted_by is not None:
+        print(f"harness sweep: {result.message}; points so far: {result.out_dir}", file=sys.stderr)
+    return result.exit_code
+
+
+def print_result(result: Any) -> None:
+    print(f"{result.message or result.status}")
+    for point in result.points:
+        print("  " + point_line(point))
+    history = result.history or {}
+    changes = history.get("change_points", [])
+    print(f"{len(changes)} change point(s)" + (":" if changes else ""))
+    for change in changes:
+        values = "" if change.get("kind") == "exact" and str(change.get("metric", "")).startswith("ops:") else (
+            f": {change.get('before'):g} -> {change.get('after'):g}" if isinstance(change.get("before"), (int, float))
+            and isinstance(change.get("after"), (int, float)) else "")
+        print(f"  {change.get('label_before')} -> {change.get('label_after')}  {change['variant']} "
+              f"{change['metric']}{values} ({change.get('kind')}; why: {change.get('explanation') or '-'})")
+    for explanation in history.get("explanations") or []:
+        print(f"why {explanation.get('id')}: {explanation.get('sentence')}")
+    page = result.out_dir / "index.html"
+    print(f"sweep.json: {result.out_dir / 'sweep.json'}" + (f"; page: {page}" if page.exists() else "")
+          + f" ({result.wall_s or 0:.0f} s)")

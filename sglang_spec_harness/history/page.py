@@ -1,0 +1,220 @@
+"""The trend page (`harness history report`): one self-contained index.html, on the run report's page
+machinery (`sglang_spec_harness.report.page`): the gate's verdict and why on the first screen, every change
+point with the commits on either side and links to the run reports, one small chart per series
+(a sweep's charts along its release labels), every change point's explanation (the kernel diff
+between the runs on either side) under its group's charts, and every run with its status (damaged
+and incomplete ones with their reason). An exact series that never changed is one line of a table,
+not a chart. This module gathers the values from the facts (history.json; facts written before
+sweeps and explanations still render); `sglang_spec_harness/templates/trend.html` lays them out."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sglang_spec_harness.history.figures import series_figure
+from sglang_spec_harness.report.figures import variant_colour
+from sglang_spec_harness.report.numbers import fmt
+from sglang_spec_harness.report.page import relative_link, render
+from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+
+GATE_WORD = {FAIL: "REGRESSION", PASS: "NO REGRESSION", "NO DATA": "NO DATA"}
+
+
+def _short(commit: str | None) -> str:
+    return commit[:10] if commit else "–"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:+.1f}%"
+
+
+def _commits(c: dict[str, Any]) -> tuple[str, str, str] | None:
+    """SGLang's commits on either side (or the harness's when no SGLang was recorded, e.g. micro runs)."""
+    for label, key in (("SGLang", "sglang_commit"), ("harness", "harness_commit")):
+        if c[f"{key}_before"] or c[f"{key}_after"]:
+            return label, _short(c[f"{key}_before"]), _short(c[f"{key}_after"])
+    return None
+
+
+@dataclass(frozen=True)
+class RunLink:
+    """A run's name, linked to its report where that report exists (href relative to the page)."""
+
+    name: str
+    href: str | None
+
+
+class _Links:
+    """Relative links from the page to each run's report (only to reports that exist here)."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir.resolve()
+
+    def run(self, name: str, report: str | None, path: str | None = None) -> RunLink:
+        """To the run's report; without one, to its directory (where it exists here)."""
+        if report and Path(report).exists():
+            return RunLink(name, relative_link(report, self.out_dir))
+        if path and Path(path).is_dir():
+            return RunLink(name, relative_link(path, self.out_dir) + "/")
+        return RunLink(name, None)
+
+
+def _banner(facts: dict[str, Any]) -> dict[str, Any]:
+    runs = facts["runs"]
+    return {"runs": runs, "total": runs["complete"] + runs["incomplete"] + runs["damaged"],
+            "series": len(facts["series"]), "change_points": len(facts["change_points"]),
+            "database": facts["database"], "max_regression": f"{facts['options']['max_regression'] * 100:g}"}
+
+
+def _direction(regression: bool, worse: str | None) -> tuple[str, str]:
+    """The pill of a change point: (verdict class, word)."""
+    if regression:
+        return FAIL, "regression"
+    if worse is None:  # an output hash, an op mix: neither better nor worse
+        return "NONE", "change"
+    return PASS, "improvement"
+
+
+def _change(c: dict[str, Any], links: _Links, worse: dict[str, str | None]) -> dict[str, Any]:
+    """One change point as the page shows it."""
+    exact = c.get("kind") == "exact"
+    pill, word = _direction(c["regression"], worse.get(c["series"], "up"))
+    return {
+        "series": c["series"], "regression": c["regression"], "pill": pill, "word": word,
+        "magnitude": _pct(c["magnitude"]), "from_zero": c["magnitude"] is None,
+        "before": fmt(c["before"], 4), "after": fmt(c["after"], 4),
+        "p": "exact" if exact else "zero rule" if c["p_value"] is None else fmt(c["p_value"], 3),
+        "at": c.get("label_after") or f"run {c['index'] + 1}",
+        "run_before": links.run(c.get("label_before") or c["last_run_before"], c["report_before"], c.get("path_before")),
+        "run": links.run(c.get("label_after") or c["run"], c["report"], c.get("path")),
+        "sglang": (_short(c["sglang_commit_before"]), _short(c["sglang_commit_after"])),
+        "harness": (_short(c["harness_commit_before"]), _short(c["harness_commit_after"])),
+        "commits": None if c.get("label_after") else _commits(c),  # a sweep's points are their releases
+        "explanation": c.get("explanation"),
+    }
+
+
+def _op_list(entries: list[dict[str, Any]]) -> list[str]:
+    return [f"{e['op']} {_per_replay(e['before_detail'])} → {_per_replay(e['after_detail'])}" for e in entries]
+
+
+def _per_replay(detail: dict[str, Any]) -> str:
+    low, high = detail["range"]
+    median = fmt(detail["per_replay"], 4)
+    return median if low == high else f"{low}..{high} (median {median})"
+
+
+def _us(value: float | None) -> str:
+    return "–" if value is None else f"{fmt(value, 4)} µs"
+
+
+def _explanation(e: dict[str, Any], links: _Links, names: dict[str, str]) -> dict[str, Any]:
+    """An explanation as the page shows it: both runs linked, the regions where ops changed (with the
+    time per replay), the others' times, the outputs and the environment."""
+    sides = {key: links.run(e[key]["label"], e[key]["report"], e[key]["path"]) for key in ("before", "after")}
+    regions = []
+    for r in e["regions"]:
+        t = r["time_per_replay_us"]
+        regions.append({
+            "region": r["region"], "unit": r["unit"] or "–", "present": r["present"],
+            "disappeared": _op_list(r["disappeared"]), "appeared": _op_list(r["appeared"]),
+            "changed": _op_list(r["changed"]), "varied": _op_list(r.get("varied", [])),
+            "quiet": not (r["disappeared"] or r["appeared"] or r["changed"]),
+            "time": f"{_us(t['before'])} → {_us(t['after'])}", "time_change": _pct(t["change"]),
+        })
+    return {"id": e["id"], "variant": e["variant"], "before": sides["before"], "after": sides["after"],
+            "series": [names.get(s, s) for s in e["series"]], "regions": regions, "sentence": e["sentence"],
+            "environment": [(d["what"], d["before"] or "(none)", d["after"] or "(none)") for d in e["environment_differs"]]}
+
+
+AXIS_WORDS = {"sglang_release": "SGLang release", "git_revision": "SGLang revision"}
+
+
+def _series_groups(facts: dict[str, Any], links: _Links, worse: dict[str, str | None]) -> list[dict[str, Any]]:
+    """The series by scenario, run mode, hardware and sweep, each with its chart and its change
+    points; exact series that never changed as one table; the group's explanations under them."""
+    by_group: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for s in facts["series"]:
+        by_group[(s["scenario"], s["aa"], s["mode"], s["hardware"], s.get("sweep"))].append(s)
+    points_of = defaultdict(list)
+    for c in facts["change_points"]:
+        points_of[c["series"]].append(c)
+    explanations = {e["id"]: e for e in facts.get("explanations") or []}
+    variants = sorted({s["variant"] for s in facts["series"]})
+    names = {s["series"]: f"{s['variant']} · {s['metric']}" for s in facts["series"]}  # within its group
+    groups = []
+    for (scenario, aa, mode, hardware, sweep), members in by_group.items():
+        charts, unchanged, explained = [], [], []
+        for s in members:
+            cps = points_of[s["series"]]
+            if s.get("kind") == "exact" and not cps:
+                value = s["values"][0] if s["values"] else None
+                shown = "one output set" if s["metric"] == "output_hash" else fmt(value, 4)
+                unchanged.append((s["variant"], s["label"], shown, len(s["values"])))
+                continue
+            colour = variant_colour(s["variant"], variants) if "/" not in s["variant"] else "#57606a"
+            labels = s.get("labels") if sweep else None
+            svg = series_figure(
+                s["values"], [(c["index"], None if worse.get(s["series"], "up") is None else c["regression"])
+                              for c in cps], colour=colour,
+                title=f"{s['variant']} · {s['label']}", ylabel=s["unit"] or s["metric"],
+                label=f"{s['series']}: {len(cps)} change points", xlabels=labels,
+                xlabel=AXIS_WORDS.get(s.get("axis") or "", "sweep point") if sweep else "run (oldest first)",
+            )
+            changes = [_change(c, links, worse) for c in cps]
+            charts.append({"svg": svg, "changes": changes})
+            explained += [c["explanation"] for c in changes if c["explanation"] and c["explanation"] not in explained]
+        tags = (" · A/A runs" if aa else "") + (f" · mode {mode}" if mode and mode != "restart" else "")
+        points = members[0].get("labels") or []
+        sweep_text = (f"sweep {sweep} over {len(points)} points, {points[0]} … {points[-1]}"
+                      if sweep and points else f"sweep {sweep}" if sweep else None)
+        groups.append({"scenario": scenario, "tags": tags, "hardware": hardware, "runs": len(members[0]["runs"]),
+                       "sweep": sweep_text, "charts": charts, "unchanged": unchanged,
+                       "explanations": [_explanation(explanations[i], links, names) for i in explained
+                                        if i in explanations]})
+    return groups
+
+
+def _runs(facts: dict[str, Any], links: _Links) -> list[dict[str, Any]]:
+    """Newest first."""
+    return [
+        {"link": links.run(r["run"], r["report"], r.get("path")), "started": r["started"] or "–",
+         "point": f"{r['sweep_label']} ({r['sweep']})" if r.get("sweep") else "–",
+         "scenario": (r["scenario"] or "–") + (" (A/A)" if r["aa"] else ""),
+         # a sweep's point that could not run here has no run directory: `cannot run`, with its reason
+         "status_class": {"complete": PASS, "incomplete": INCONCLUSIVE, "damaged": FAIL}.get(r["status"], INCONCLUSIVE),
+         "status": r["status"], "verdict": r["verdict"], "hardware": r["hardware"],
+         "sglang": _short(r["sglang_commit"]), "harness": _short(r["harness_commit"]), "reason": r["reason"] or ""}
+        for r in reversed(facts["run_list"])
+    ]
+
+
+def render_trend_page(facts: dict[str, Any], out_dir: Path) -> str:
+    links = _Links(out_dir)
+    gate = facts["gate"]["verdict"]
+    worse = {s["series"]: s.get("worse", "up") for s in facts["series"]}
+    return render(
+        "trend.html",
+        title=f"{GATE_WORD[gate]} · history of {sum(facts['runs'].values())} runs",
+        banner_class={FAIL: FAIL, PASS: PASS}.get(gate, "NONE"), banner_word=GATE_WORD[gate],
+        banner=_banner(facts), gate=gate, failing=[_change(c, links, worse) for c in facts["gate"]["failing"]],
+        changes=[_change(c, links, worse) for c in facts["change_points"]], groups=_series_groups(facts, links, worse),
+        has_series=bool(facts["series"]), runs=_runs(facts, links),
+    )
+
+
+def write_trend_page(facts: dict[str, Any], out_dir: str | Path) -> Path:
+    """index.html and history.json (the same facts) into `out_dir`; returns the page."""
+    import json
+
+    from sglang_spec_harness.files import write_text_atomic
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    page = out_dir / "index.html"
+    write_text_atomic(out_dir / "history.json", json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(page, render_trend_page(facts, out_dir))
+    return page

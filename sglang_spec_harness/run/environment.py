@@ -1,0 +1,243 @@
+"""environment.json: what ran where, so that two runs can be told apart later.
+
+Facts about a variant's software (torch, SGLang) come from that variant's own interpreter and
+PYTHONPATH, in a small subprocess: the harness never imports SGLang itself (without a GPU its import
+fails), and the variant may use a different install than the harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sglang_spec_harness import __version__
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, server_python, variant_environment
+from sglang_spec_harness.rundir import SCHEMA_VERSION, EnvironmentRecord
+from sglang_spec_harness.scenario import Scenario
+
+PROBE_TIMEOUT_S = 60.0
+
+# Run in the variant's interpreter. Locates sglang without importing it.
+_PROBE = r"""
+import importlib.metadata as md, importlib.util, json, os, re, subprocess, sys, platform
+out = {"python": sys.version.split()[0], "executable": sys.executable, "implementation": platform.python_implementation()}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
+    out["torch_hip"] = getattr(torch.version, "hip", None)
+except Exception as exc:
+    out["torch"] = None
+    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+spec = importlib.util.find_spec("sglang")
+if spec is None or not spec.origin:
+    out["sglang"] = None
+else:
+    pkg = os.path.dirname(spec.origin)
+    info = {"path": pkg, "version": None, "commit": None}
+    # The tree's own version first (the generated _version.py of a wheel or a built tree; a source
+    # tree on PYTHONPATH may shadow an installed distribution of another version), then the
+    # installed distribution's, then version.py's literal.
+    for name in ("_version.py", "version.py"):
+        try:
+            text = open(os.path.join(pkg, name), encoding="utf-8").read()
+        except OSError:
+            continue
+        m = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)", text, re.M)
+        if m:
+            info["version"] = m.group(1)
+            break
+    if info["version"] is None:
+        try:
+            info["version"] = md.version("sglang")
+        except md.PackageNotFoundError:
+            pass
+    # A commit only when git tracks sglang itself: a release unpacked inside another repository (this
+    # harness's .sglang-cpu/releases/) would otherwise take that repository's HEAD for SGLang's.
+    try:
+        tracked = subprocess.run(["git", "-C", pkg, "ls-files", "--error-unmatch", "__init__.py"],
+                                 capture_output=True, text=True, timeout=10).returncode == 0
+        if tracked:
+            r = subprocess.run(["git", "-C", pkg, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+            info["commit"] = r.stdout.strip() or None
+    except Exception:
+        pass
+    out["sglang"] = info
+print("HARNESS_PROBE " + json.dumps(out))
+"""
+
+
+def _run(argv: list[str], *, cwd: Path | None = None, timeout: float = 10.0) -> str | None:
+    try:
+        result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def harness_facts() -> dict[str, Any]:
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=HARNESS_SOURCE_ROOT)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HARNESS_SOURCE_ROOT)
+    return {
+        "version": __version__,
+        "git_commit": commit,
+        "git_dirty": bool(dirty) if dirty is not None else None,
+        "source": str(HARNESS_SOURCE_ROOT),
+    }
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def gpu_facts() -> list[dict[str, str]]:
+    """One entry per GPU from nvidia-smi (or rocm-smi's product name), empty without one."""
+    if shutil.which("nvidia-smi"):
+        out = _run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], timeout=30
+        )
+        gpus = []
+        for line in (out or "").splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 2:
+                gpus.append({"name": parts[0], "driver": parts[1], "memory": parts[2] if len(parts) > 2 else ""})
+        return gpus
+    if shutil.which("rocm-smi"):
+        out = _run(["rocm-smi", "--showproductname", "--json"], timeout=30)
+        try:
+            cards = json.loads(out or "{}")
+        except json.JSONDecodeError:
+            return []
+        return [{"name": str(v.get("Card series") or v.get("Card model")), "driver": ""} for v in cards.values()]
+    return []
+
+
+def probe_interpreter(python: str, env: dict[str, str]) -> dict[str, Any]:
+    """Python, torch and SGLang facts as seen by `python` with `env` added (its PYTHONPATH)."""
+    try:
+        result = subprocess.run(
+            [python, "-c", _PROBE],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"executable": python, "error": f"{type(exc).__name__}: {exc}"}
+    for line in result.stdout.splitlines():
+        if line.startswith("HARNESS_PROBE "):
+            return json.loads(line[len("HARNESS_PROBE ") :])
+    last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"executable": python, "error": f"probe exited with {result.returncode}: {last}"}
+
+
+def collect_environment(scenario: Scenario, *, variants: list[str] | None = None) -> EnvironmentRecord:
+    """The facts for environment.json; `variants` are the configurations that run (default: all)."""
+    names = variants if variants is not None else list(scenario.variants)
+    probes: dict[tuple[str, str], dict[str, Any]] = {}
+    per_variant: dict[str, Any] = {}
+    for name in names:
+        python = server_python(scenario, name)
+        env = variant_environment(scenario, name, profile_dir=Path(os.devnull))
+        # Only what decides which packages are found: the interpreter and PYTHONPATH.
+        key = (python, env.get("PYTHONPATH", ""))
+        if key not in probes:
+            probes[key] = probe_interpreter(python, {"PYTHONPATH": key[1]})
+        per_variant[name] = probes[key]
+    return EnvironmentRecord(
+        schema_version=SCHEMA_VERSION,
+        harness=harness_facts(),
+        python=sys.version.split()[0],
+        python_executable=sys.executable,
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+        cpu=cpu_model(),
+        cpu_count=os.cpu_count(),
+        gpus=gpu_facts(),
+        engine=scenario.engine,
+        variants=per_variant,
+    )
+
+
+def probe_needed_first(scenario: Scenario) -> bool:
+    """Whether the gate before any server starts needs the interpreters' facts (SGLang and its version).
+    Otherwise (the micro engine) only the interpreters must exist, and the facts are gathered while
+    the first server starts: a probe imports torch (~2 s), which a run that FAILs on its first profiled
+    pass would otherwise wait for."""
+    return scenario.engine == "sglang"
+
+
+def require_interpreters(scenario: Scenario, variants: list[str]) -> None:
+    """Every variant's interpreter exists, else one HarnessInputError line."""
+    hint = f" (set it up with: {scenario.server.setup})" if scenario.server.setup else ""
+    for name in variants:
+        python = server_python(scenario, name)
+        if not os.path.exists(python) if os.sep in python else shutil.which(python) is None:
+            where = f"variants.{name}.python" if scenario.variants[name].python else f"variants.{name}: the harness's interpreter"
+            raise HarnessInputError(f"scenario {scenario.name}: {where}: {python} does not exist{hint}")
+
+
+def require_engine(scenario: Scenario, environment: EnvironmentRecord) -> None:
+    """Before any server starts: every variant's interpreter runs and, for `engine: sglang`, has SGLang
+    (of `server.sglang_version` where given). Otherwise one HarnessInputError line, with
+    `server.setup` (how to install it) where the scenario gives one."""
+    hint = f" (set it up with: {scenario.server.setup})" if scenario.server.setup else ""
+    for name, facts in environment.variants.items():
+        python = facts.get("executable") or server_python(scenario, name)
+        if "error" in facts:
+            require_interpreters(scenario, [name])
+            continue  # a probe that failed otherwise (a slow machine?) proves nothing: the server start will tell
+        if scenario.engine != "sglang":
+            continue
+        sglang = facts.get("sglang")
+        if sglang is None:
+            raise HarnessInputError(f"scenario {scenario.name}: variants.{name}: SGLang is not installed for {python}{hint}")
+        wanted = scenario.server.sglang_version
+        if wanted is not None and sglang.get("version") != wanted:
+            raise HarnessInputError(
+                f"scenario {scenario.name}: variants.{name}: SGLang {sglang.get('version') or '(version unknown)'} "
+                f"at {sglang['path']}, but server.sglang_version is {wanted}{hint}")
+        _require_patch_layout(scenario, name, sglang)
+
+
+def _require_patch_layout(scenario: Scenario, name: str, sglang: dict[str, Any]) -> None:
+    """A variant with the restore-softmax patch: its SGLang must be a release whose layout the patch's
+    table knows (or $HARNESS_SGLANG_LAYOUT must name a known one), else the patch would fail, or patch
+    the wrong names, inside a started server."""
+    from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
+    from sglang_spec_harness.patches.sglang_restore_topk1_softmax import LAYOUT_ENV, SGLANG_LAYOUTS
+
+    spec = scenario.variants[name]
+    if RESTORE_TOPK1_SOFTMAX_PATCH not in spec.patches:
+        return
+    known = ", ".join(SGLANG_LAYOUTS)
+    table = "SGLANG_LAYOUTS in sglang_spec_harness/patches/sglang_restore_topk1_softmax.py"
+    chosen = {**scenario.server.env, **spec.env}.get(LAYOUT_ENV)
+    where = f"scenario {scenario.name}: variants.{name}"
+    if chosen is not None:
+        if chosen not in SGLANG_LAYOUTS:
+            raise HarnessInputError(f"{where}: {LAYOUT_ENV}={chosen!r} is not a layout the baseline patch knows "
+                                    f"(known: {known}; {table})")
+        return
+    version = sglang.get("version")
+    if version not in SGLANG_LAYOUTS:
+        raise HarnessInputError(
+            f"{where}: SGLang {version or '(version unknown)'} at {sglang.get('path')}: the baseline patch "
+            f"{RESTORE_TOPK1_SOFTMAX_PATCH} knows the draft code of SGLang {known} only. To add {version or 'it'}: "
+            f"a row in {table} naming that release's worker module, class and helpers (docs/gpu.md); if its "
+            f"draft code is a known release's, set env {LAYOUT_ENV}: <that release> on the variant")

@@ -1,0 +1,337 @@
+"""The run directory's records: one pydantic model per file, used by the stage that writes it and by
+the stages that read it back (the layout: docs/internals.md, "The run directory").
+
+A record is written by this harness but read as hostile data (it may come from another machine, or be
+damaged): the fields declared here are validated, numbers within what the harness can measure, and
+unknown fields are kept (a newer harness may add some). Fields that older harnesses did not write
+have the default that reads them right (run.json without `mode` is a `restart` run); what a server
+or a probe reports about itself is free-form (`dict[str, Any]`).
+
+Records grow as a run goes (run.json gets `wall_s` at the end, launch.json a field per step), so they
+are written with the fields that were set (`sglang_spec_harness.rundir.write`): a writer sets every field it
+means to write, and a record read back is written as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WrapValidator
+from pydantic.dataclasses import dataclass
+
+from sglang_spec_harness.traces.schema import FileAnalysis
+from sglang_spec_harness.verdict.verdicts import Verdict
+
+# The version of the run directory's versioned records (run.json, analysis.json, environment.json,
+# results.json): `harness check` refuses another one, the report shows a note.
+SCHEMA_VERSION = 1
+
+
+def _as_written(value: Any, validate: Any) -> Any:
+    """Validated as a float, kept an int when it was one: a count written as 3 is read and rewritten as 3."""
+    number = validate(value)
+    return value if type(value) is int else number
+
+
+Int = Annotated[int, Field(strict=True)]
+# Counts, times (ms, s) and rates the harness measures: never negative, never astronomically large
+# (a TPOT of 1e308 ms would overflow the statistics; 1e12 is 30 years in ms).
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1e12), WrapValidator(_as_written)]
+Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1e12), WrapValidator(_as_written)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---- run.json -------------------------------------------------------------------------------------
+
+
+class PlanEntry(_Record):
+    """run.json `plan`: one planned trial (sglang_spec_harness.run.plan.Trial), in the full plan's terms."""
+
+    index: Int
+    variant: str
+    kind: str  # timed | profiled
+    repetition: Int | None = None  # the round, in the warm modes
+    config: str | None = None  # the variant whose server configuration runs (differs in A/A)
+    launch: Int | None = None  # the index of the launch that serves it; None: its own (restart)
+    first_prompt: Int | None = None
+    dir: str | None = None  # relative to the run directory: trials/<NN>-<variant>-<kind>
+
+
+class LaunchEntry(_Record):
+    """run.json `launches`: one server launch of the warm modes (sglang_spec_harness.run.plan.Launch)."""
+
+    index: Int
+    arm: str
+    config: str | None = None
+    number: Int | None = None  # per arm (sequential mode: its launch pair)
+    dir: str | None = None  # launches/<NN>-<arm>-launch<k>
+
+
+RunMode = Literal["restart", "interleaved", "sequential"]
+SweepAxis = Literal["sglang_release", "git_revision"]
+
+
+class SweepPoint(_Record):
+    """run.json `sweep`: the run is one point of a sweep (`harness sweep`), over SGLang releases or over
+    git revisions of an SGLang checkout. History orders a sweep's runs by `position`, not by time."""
+
+    sweep: str  # the sweep's folder name (<timestamp>-<scenario>)
+    axis: SweepAxis
+    point: str  # the release ("0.5.12.post1") or the full commit hash
+    label: str  # what a chart's axis shows: the release, or the short commit
+    position: Int  # 0-based place in the sweep's order (release order, or the revisions' order)
+    # what ran: the release environment's facts (interpreter, pins and what was used instead, the
+    # CPU adaptations that were the harness's and not SGLang's): free-form
+    environment: dict[str, Any] = Field(default_factory=dict)
+
+
+class LookRecord(_Record):
+    """run.json `looks[]`: one look of an adaptive run (sglang_spec_harness.run.adaptive). `exact`: after the
+    profiled passes (kernel rules); `tpot`: after a stage of rounds, at its nominal level."""
+
+    kind: Literal["exact", "tpot"]
+    rounds: Int
+    launches_per_arm: Int
+    fraction: float | None = None  # rounds / budget.max_rounds (tpot looks)
+    nominal_alpha: float | None = None  # the TPOT rule's alpha at this look (two one-sided halves)
+    verdict: str | None = None  # the first TPOT rule's verdict at this look
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    min_detectable_gain: float | None = None
+    sd_launch: float | None = None
+    sd_block: float | None = None
+    df: float | None = None
+    elapsed_s: float | None = None
+    action: str  # stop | start rounds | add N rounds [and launch M per arm]
+    reason: str
+
+
+class RunRecord(_Record):
+    """run.json: the plan, and how far the run got."""
+
+    schema_version: Int = SCHEMA_VERSION
+    scenario: str | None = None
+    aa: bool = False
+    status: str = "unknown"  # running | complete | incomplete
+    error: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    mode: RunMode | None = None  # absent in runs before the warm modes: restart
+    plan: list[PlanEntry]
+    launches: list[LaunchEntry] = Field(default_factory=list)
+    trials_done: int | None = None
+    # at the end
+    wall_s: float | None = None
+    measured_s: float | None = None  # the timed samples' request time
+    server_launches: int | None = None
+    adopted_from: str | None = None  # sglang_spec_harness.run.combine: the run whose trials this one adopted
+    sweep: SweepPoint | None = None  # a point of a sweep (harness sweep): absent in other runs
+    looks: list[LookRecord] | None = None  # an adaptive run's looks (trials.budget): absent in fixed designs
+
+
+# ---- launches/<launch>/launch.json ----------------------------------------------------------------
+
+
+class LaunchRecord(LaunchEntry):
+    """launch.json: the launch's run.json entry, then each step of its life as it happens (a field
+    appears once its step has): started, up (ready, server_info), warmed up, stopped."""
+
+    status: Literal["planned", "starting", "up", "stopped", "failed"]
+    error: str | None = None
+    command: str | None = None
+    port: int | None = None
+    started: str | None = None
+    started_at_s: float | None = None  # seconds since the run started (orders launches finer than stamps)
+    server_pid: int | None = None
+    port_attempts: int | None = None  # when its port had to be replaced
+    ready: str | None = None
+    startup_s: float | None = None
+    server_info: dict[str, Any] | None = None  # what the server says about itself: free-form
+    ready_at_s: float | None = None
+    warmup_s: float | None = None
+    stopped: str | None = None
+    exit_code: int | None = None  # the server's
+    stopped_at_s: float | None = None
+
+
+# ---- trials/<trial>/trial.json --------------------------------------------------------------------
+
+
+class TrialSummary(_Record):
+    """trial.json `summary`: the trial's measured requests (warm-up excluded), sglang_spec_harness.run.workload.summarize."""
+
+    requests: Number | None = None
+    errors: Number | None = None
+    completion_tokens: Number | None = None
+    spec_verify_ct: Number | None = None
+    accept_length: Positive | None = None
+    median_tpot_ms: Positive | None = None
+    mean_tpot_ms: Positive | None = None
+    median_ttft_ms: Number | None = None
+    median_itl_ms: Number | None = None
+    output_throughput_tok_s: Number | None = None
+    duration_s: Number | None = None
+
+
+class TrialRecord(_Record):
+    """trial.json: one trial (restart: a server launch of its own; warm modes: a block or a profiled
+    pass on a launch), rewritten as it goes."""
+
+    index: Int = 0
+    variant: str
+    config: str | None = None
+    kind: str  # timed | profiled
+    repetition: Int | None = None
+    launch: str | None = None  # warm modes: the launch directory that served it
+    status: str | None = None  # running | ok | failed
+    error: str | None = None
+    command: str | None = None
+    server_pid: Int | None = None
+    port: Int | None = None
+    started: str | None = None
+    finished: str | None = None
+    server_info: dict[str, Any] = Field(default_factory=dict)  # what the server says about itself: free-form
+    summary: TrialSummary | None = None
+    traces: list[str] = Field(default_factory=list)  # relative to the trial directory
+
+
+class RequestRow(_Record):
+    """One line of requests.jsonl: one request as the workload client measured it (filled in as its
+    chunks arrive). `output_ids` None: not recorded, so the request is not compared."""
+
+    index: Int  # the prompt's position in the workload (warm-up prompts: negative)
+    warmup: bool = False
+    prompt_tokens: Number | None = None
+    completion_tokens: Number | None = 0
+    spec_verify_ct: Number | None = None
+    ttft_ms: Number | None = None
+    tpot_ms: Number | None = None
+    itl_ms: list[Number] = Field(default_factory=list)
+    e2e_ms: Number | None = None
+    output_ids: list[Int] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def sent(cls, index: int, warmup: bool, **measured: Any) -> RequestRow:
+        """A request the harness sends: no tokens, gaps or outputs yet (and so written, if it fails)."""
+        return cls(index=index, warmup=warmup, completion_tokens=0, itl_ms=[], output_ids=[], **measured)
+
+
+# ---- analysis.json ---------------------------------------------------------------------------------
+
+
+class TrialAnalysis(_Record):
+    """analysis.json `trials.<trial>`: the trace analysis of one profiled trial (the document of
+    sglang_spec_harness.traces.TraceAnalysis). The checks read its per-file facts; the rest is kept as written."""
+
+    schema_version: Any = None
+    patterns: Any = None
+    region_table: Any = None
+    files: list[FileAnalysis] = Field(default_factory=list)  # one per trace file (TP rank)
+    combined: Any = None
+
+
+class AnalysisRecord(_Record):
+    """analysis.json: the trace analysis of every profiled trial, by trial directory name."""
+
+    schema_version: Int = SCHEMA_VERSION
+    trials: dict[str, TrialAnalysis] = Field(default_factory=dict)
+    errors: dict[str, str] | None = None  # trial -> why its analysis failed
+
+
+# ---- environment.json ------------------------------------------------------------------------------
+
+
+class EnvironmentRecord(_Record):
+    """environment.json: where the run ran. The facts are free-form (probes of interpreters and
+    GPUs); the history reads them (sglang_spec_harness.history.extract)."""
+
+    schema_version: Int = SCHEMA_VERSION
+    harness: dict[str, Any] = Field(default_factory=dict)  # version, git commit
+    python: str | None = None
+    python_executable: str | None = None
+    platform: str | None = None
+    hostname: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    engine: str | None = None
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)  # configuration -> its interpreter's facts
+
+
+# ---- results.json ----------------------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """Plain JSON values: numpy scalars to Python, non-finite floats to None (the statistics compute
+    with numpy, and a NaN must never reach a record)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, Enum):  # a Verdict: its string
+        return value.value
+    return value
+
+
+Plain = Annotated[dict[str, Any], BeforeValidator(plain)]
+
+
+@dataclass
+class Precondition:
+    """What a rule relies on, whether it holds, and what was found."""
+
+    what: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class RuleResult:
+    """results.json `rules[]`: one rule's verdict, why, and the numbers behind it (by kind:
+    docs/internals.md, "results.json")."""
+
+    name: str
+    kind: str
+    description: str
+    verdict: Verdict
+    reason: str
+    params: Plain  # the rule as written in the scenario
+    numbers: Plain = Field(default_factory=dict)
+    preconditions: list[Precondition] = Field(default_factory=list)
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+class CheckResults(BaseModel):
+    """results.json: the verdict of a run's rules (written whole by `harness check`; `harness compare`
+    prints one for two runs)."""
+
+    schema_version: Int = SCHEMA_VERSION
+    scenario: str
+    run_dir: str
+    aa: bool
+    run_status: str
+    evaluated_at: str = Field(default_factory=_utc_now)
+    verdict: Verdict
+    exit_code: int
+    variants: Annotated[dict[str, dict[str, Any]], BeforeValidator(plain)]  # per variant: its samples
+    rules: list[RuleResult]
