@@ -34,7 +34,7 @@ def adopt_trials(run_dir: Path, source: Path) -> list[str]:
     becomes incomplete with its reason. Returns the adopted trial directories (`trials/...`)."""
     run_dir, source = Path(run_dir), Path(source)
     run, other = read_record(run_dir / "run.json", RunRecord), read_record(source / "run.json", RunRecord)
-    if run.scenario != other.scenario or (run.mode or "restart") != (other.mode or "restart"):
+    if run.scenario != other.scenario or run.mode != other.mode:
         raise HarnessInputError(f"{source}: a run of scenario {other.scenario!r} ({other.mode}) cannot "
                                 f"join {run_dir} ({run.scenario!r}, {run.mode})")
     adopted: list[PlanEntry | LaunchEntry] = [*other.plan, *other.launches]

@@ -4,11 +4,14 @@
 - `models`: one pydantic model per record (run.json, launch.json, trial.json and its summary,
   requests.jsonl rows, analysis.json, environment.json, results.json) and SCHEMA_VERSION
 - `write`: writing records, atomically
-- `read`: reading and validating a run directory as hostile data (`load_run_dir`, `read_json`,
-  `validated`, `inside`, `as_object`, `as_list`)
+- `read`: reading and validating a run directory as hostile data: `load_run_dir` (strict for the
+  checks, lenient for the report and the history), `read_record`, `read_json`, `validated`, `inside`,
+  and the readers' one size cap (`MAX_FILE_BYTES`) and idea of a valid number (`valid_number`)
+- `migrations`: records of older schema versions brought to the current one on load
 """
 
 from sglang_spec_harness.rundir.models import (
+    MAX_NUMBER,
     SCHEMA_VERSION,
     AnalysisRecord,
     CheckResults,
@@ -26,21 +29,24 @@ from sglang_spec_harness.rundir.models import (
     TrialSummary,
 )
 from sglang_spec_harness.rundir.read import (
+    MAX_FILE_BYTES,
     RunDir,
     Trial,
     as_list,
     as_object,
-    check_schema_version,
     inside,
     load_run_dir,
     read_json,
     read_record,
     read_requests,
+    valid_number,
     validated,
 )
 from sglang_spec_harness.rundir.write import RecordFile, now, record_json, request_line, write_record, write_requests
 
 __all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_NUMBER",
     "SCHEMA_VERSION",
     "AnalysisRecord",
     "CheckResults",
@@ -61,7 +67,6 @@ __all__ = [
     "TrialSummary",
     "as_list",
     "as_object",
-    "check_schema_version",
     "inside",
     "load_run_dir",
     "now",
@@ -70,6 +75,7 @@ __all__ = [
     "read_requests",
     "record_json",
     "request_line",
+    "valid_number",
     "validated",
     "write_record",
     "write_requests",

@@ -27,8 +27,12 @@ from sglang_spec_harness.traces.schema import FileAnalysis
 from sglang_spec_harness.verdict.verdicts import Verdict
 
 # The version of the run directory's versioned records (run.json, analysis.json, environment.json,
-# results.json): `harness check` refuses another one, the report shows a note.
-SCHEMA_VERSION = 1
+# results.json): older ones are migrated on load (rundir/migrations.py lists the versions), a newer
+# one is refused by `harness check` and a note in the report and the history.
+SCHEMA_VERSION = 2
+# The largest number a record may hold where the harness measures (counts, times, rates): beyond it a
+# number is damage, not a measurement (1e12 ms is 30 years; a TPOT of 1e308 would overflow the statistics).
+MAX_NUMBER = 1e12
 
 
 def _as_written(value: Any, validate: Any) -> Any:
@@ -38,10 +42,9 @@ def _as_written(value: Any, validate: Any) -> Any:
 
 
 Int = Annotated[int, Field(strict=True)]
-# Counts, times (ms, s) and rates the harness measures: never negative, never astronomically large
-# (a TPOT of 1e308 ms would overflow the statistics; 1e12 is 30 years in ms).
-Number = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1e12), WrapValidator(_as_written)]
-Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1e12), WrapValidator(_as_written)]
+# Counts, times (ms, s) and rates the harness measures: never negative, never past MAX_NUMBER.
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_NUMBER), WrapValidator(_as_written)]
+Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=MAX_NUMBER), WrapValidator(_as_written)]
 
 
 class _Record(BaseModel):
@@ -124,7 +127,7 @@ class RunRecord(_Record):
     error: str | None = None
     started: str | None = None
     finished: str | None = None
-    mode: RunMode | None = None  # absent in runs before the warm modes: restart
+    mode: RunMode = "restart"  # runs before the warm modes have none: the migration to version 2 fills it
     plan: list[PlanEntry]
     launches: list[LaunchEntry] = Field(default_factory=list)
     trials_done: int | None = None

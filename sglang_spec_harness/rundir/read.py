@@ -18,18 +18,34 @@ from pydantic import BaseModel, ValidationError
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import read_head
+from sglang_spec_harness.rundir.migrations import RecordKind, migrate, version_of
 from sglang_spec_harness.rundir.models import (
+    MAX_NUMBER,
     SCHEMA_VERSION,
+    AnalysisRecord,
+    CheckResults,
+    EnvironmentRecord,
+    LaunchRecord,
     RequestRow,
     RunRecord,
     TrialAnalysis,
     TrialRecord,
     TrialSummary,
 )
-from sglang_spec_harness.scenario import SCENARIO_END, Scenario, is_whole, load_scenario
+from sglang_spec_harness.scenario import (
+    SCENARIO_END,
+    Scenario,
+    is_whole,
+    load_scenario,
+    read_yaml,
+    scenario_from_dict,
+    with_paths_resolved,
+)
 from sglang_spec_harness.traces.schema import FileAnalysis
 
-MAX_JSON_BYTES = 256 << 20  # a run's JSON records are KB to a few MB
+# The one size cap on a run's files (JSON records, requests.jsonl): they are KB to a few MB.
+MAX_FILE_BYTES = 256 << 20
+VERSIONED: tuple[RecordKind, ...] = ("run.json", "analysis.json", "environment.json", "results.json")
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -54,10 +70,27 @@ def _parse(text: str | bytes) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def valid_number(value: Any) -> float | None:
+    """A number from a run's file as a float a figure, a sum or a database can take (finite, within
+    MAX_NUMBER either way), else None: the readers' one idea of a valid number, as the models'."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range
+        return None
+    return number if math.isfinite(number) and abs(number) <= MAX_NUMBER else None
+
+
+def _read_capped(path: Path, what: str) -> bytes:
+    data = read_head(path, MAX_FILE_BYTES + 1, what)
+    if len(data) > MAX_FILE_BYTES:
+        raise HarnessInputError(f"{path}: larger than {MAX_FILE_BYTES} bytes: not a record the harness writes")
+    return data
+
+
 def read_json(path: Path) -> Any:
-    data = read_head(path, MAX_JSON_BYTES + 1, "a JSON file")
-    if len(data) > MAX_JSON_BYTES:
-        raise HarnessInputError(f"{path}: larger than {MAX_JSON_BYTES} bytes: not a record the harness writes")
+    data = _read_capped(path, "a JSON file")
     try:
         return _parse(data)
     except json.JSONDecodeError as exc:
@@ -79,22 +112,15 @@ def validated(path: Path, model: type[Model], data: Any, where: str = "") -> Mod
         raise HarnessInputError(f"{path}: {loc}: {err['msg']}{more}") from None
 
 
-def check_schema_version(path: Path, data: Any) -> None:
-    version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else SCHEMA_VERSION
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise HarnessInputError(
-            f"{path}: schema_version {json.dumps(version)[:40]}, this harness reads {SCHEMA_VERSION}: "
-            "written by another version of the harness"
-        )
-
-
 def read_record(path: Path, model: type[Model]) -> Model:
-    """A JSON record checked against its model (and its schema version, where it has one)."""
+    """A JSON record checked against its model; a versioned one migrated from its schema version."""
     data = read_json(path)
     if not isinstance(data, dict):
         raise HarnessInputError(f"{path}: expected a JSON object")
     if "schema_version" in model.model_fields:
-        check_schema_version(path, data)
+        kind = next((k for k in VERSIONED if k == path.name), None)
+        version = version_of(path, data)
+        data = migrate(kind, data, version) if kind is not None else data
     return validated(path, model, data)
 
 
@@ -104,9 +130,9 @@ def read_requests(path: Path) -> list[RequestRow]:
     if not path.exists():
         return rows
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HarnessInputError(f"{path}: cannot read ({exc})") from None
+        text = _read_capped(path, "requests.jsonl").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HarnessInputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -178,12 +204,37 @@ class Trial:
 
 @dataclass
 class RunDir:
+    """A run directory as typed records, migrated to the current schema version. Read leniently
+    (`load_run_dir(strict=False)`), `damaged` says which files could not be read and why; what they
+    would have given is left empty (run.json: an empty plan with status `unknown`)."""
+
     path: Path
     run: RunRecord
-    scenario: Scenario
-    trials: list[Trial]
+    trials: list[Trial]  # every readable trial.json on disk, in index order
     analysis: dict[str, TrialAnalysis]  # trial dir name -> its trace analysis
-    environment: dict[str, Any]
+    environment: EnvironmentRecord | None  # None: no environment.json
+    # results.json (`harness check`'s output, so always read leniently: a damaged one is a note even
+    # in strict mode, and the next check rewrites it)
+    results: CheckResults | None = None
+    launches: dict[str, LaunchRecord] = field(default_factory=dict)  # run.json launch dir -> launch.json
+    analysis_errors: dict[str, str] = field(default_factory=dict)  # trial -> why its analysis failed
+    scenario_data: dict[str, Any] = field(default_factory=dict)  # the stored scenario as YAML data, migrated
+    damaged: dict[str, str] = field(default_factory=dict)  # file (relative) -> what is wrong with it
+    _scenario: Scenario | None = field(default=None, repr=False)
+    _scenario_error: HarnessInputError | None = field(default=None, repr=False)
+
+    @property
+    def scenario(self) -> Scenario:
+        """The stored scenario, validated; its problem as HarnessInputError where it is not valid (a
+        lenient load keeps going without it: `scenario_data` still holds what it says)."""
+        if self._scenario is None:
+            raise self._scenario_error or HarnessInputError(f"{self.path / 'scenario.yaml'}: no scenario")
+        return self._scenario
+
+    @property
+    def notes(self) -> list[str]:
+        """One sentence per damaged file."""
+        return [f"{name} {problem}." for name, problem in self.damaged.items()]
 
     @property
     def complete(self) -> bool:
@@ -195,8 +246,8 @@ class RunDir:
 
     @property
     def mode(self) -> str:
-        """`restart`, `interleaved` or `sequential` (runs before the warm modes: `restart`)."""
-        return self.run.mode or "restart"
+        """`restart`, `interleaved` or `sequential`."""
+        return self.run.mode
 
     @property
     def warm(self) -> bool:
@@ -209,6 +260,9 @@ class RunDir:
                 return launch.number
         return None
 
+    def trial(self, name: str) -> Trial | None:
+        return next((t for t in self.trials if t.name == name), None)
+
     def trials_of(self, variant: str, kind: str, *, ok_only: bool = True) -> list[Trial]:
         return [t for t in self.trials if t.variant == variant and t.kind == kind and (t.ok or not ok_only)]
 
@@ -218,54 +272,130 @@ class RunDir:
         return list(analysis.files) if analysis is not None else []
 
 
-def load_run_dir(path: str | Path, *, scenario_path: str | Path | None = None) -> RunDir:
-    """Read a run directory; `scenario_path` replaces the stored scenario (new thresholds, same data)."""
+RUN_MARKERS = ("run.json", "results.json", "trials")
+
+
+@dataclass
+class _Loader:
+    """Reads one run directory's files; strict: the first damage raises, lenient: it is noted."""
+
+    path: Path
+    strict: bool
+    damaged: dict[str, str] = field(default_factory=dict)
+
+    def damage(self, name: str, exc: HarnessInputError, *, always_lenient: bool = False) -> None:
+        if self.strict and not always_lenient:
+            raise exc
+        problem = str(exc).removeprefix(str(self.path / name)).lstrip(":0123456789 ")
+        self.damaged[name] = f"could not be read ({problem})"
+
+    def record(self, name: str, model: type[Model], *, always_lenient: bool = False) -> Model | None:
+        """The record at `name` (relative), migrated and validated; None when it is absent or damaged."""
+        path = self.path / name
+        if not path.exists() and not path.is_symlink():
+            return None
+        try:
+            if not inside(self.path, path):
+                raise HarnessInputError(f"{path}: leads outside the run directory (a link?)")
+            return read_record(path, model)
+        except HarnessInputError as exc:
+            self.damage(name, exc, always_lenient=always_lenient)
+            return None
+
+
+def load_run_dir(path: str | Path, *, strict: bool = True, scenario_path: str | Path | None = None) -> RunDir:
+    """Read a run directory. strict (`harness check`, `compare`): any damaged file is a
+    HarnessInputError naming it; lenient (the report, the history): each damaged file is noted in
+    `RunDir.damaged` and the rest is read. `scenario_path` replaces the stored scenario (new
+    thresholds, same data). A path that is not a run directory is bad input either way."""
     path = Path(path)
     if not path.is_dir():
         raise HarnessInputError(f"{path}: not a run directory (no such directory)")
-    run_path = path / "run.json"
-    raw_run = read_json(run_path)
-    if not isinstance(raw_run, dict) or "plan" not in raw_run:
-        raise HarnessInputError(f"{run_path}: not a run record (expected an object with `plan`)")
-    check_schema_version(run_path, raw_run)
-    run = validated(run_path, RunRecord, raw_run)
-    if scenario_path is None:
-        scenario_path = path / "scenario.yaml"
-        if scenario_path.is_file() and not is_whole(scenario_path):
+    if not strict and not any((path / marker).exists() for marker in RUN_MARKERS):
+        raise HarnessInputError(
+            f"{path}: not a run directory (expected run.json, results.json or trials/ written by `harness run`)"
+        )
+    loader = _Loader(path, strict)
+    run, version = _read_run(loader)
+    scenario, error, data = _read_scenario(loader, version, scenario_path)
+    trials = _read_trials(loader)
+    analysis = loader.record("analysis.json", AnalysisRecord) or AnalysisRecord()
+    launches: dict[str, LaunchRecord] = {}
+    for entry in run.launches:
+        if entry.dir is not None and (launch := loader.record(f"{entry.dir}/launch.json", LaunchRecord)):
+            launches[entry.dir] = launch
+    return RunDir(
+        path=path, run=run, trials=trials, analysis=analysis.trials, analysis_errors=analysis.errors or {},
+        environment=loader.record("environment.json", EnvironmentRecord),
+        results=loader.record("results.json", CheckResults, always_lenient=True),
+        launches=launches, scenario_data=data, damaged=loader.damaged, _scenario=scenario, _scenario_error=error,
+    )
+
+
+def _read_run(loader: _Loader) -> tuple[RunRecord, int]:
+    """run.json, and the schema version it was written at (the stored scenario's too)."""
+    run_path = loader.path / "run.json"
+    try:
+        raw = read_json(run_path)
+        if not isinstance(raw, dict) or "plan" not in raw:
+            raise HarnessInputError(f"{run_path}: not a run record (expected an object with `plan`)")
+        version = version_of(run_path, raw)
+        return validated(run_path, RunRecord, migrate("run.json", raw, version)), version
+    except HarnessInputError as exc:
+        if loader.strict:
+            raise
+        if run_path.exists():
+            loader.damage("run.json", exc)
+        else:
+            loader.damaged["run.json"] = "is missing"
+        return RunRecord(plan=[]), SCHEMA_VERSION
+
+
+def _read_scenario(
+    loader: _Loader, version: int, scenario_path: str | Path | None
+) -> tuple[Scenario | None, HarnessInputError | None, dict[str, Any]]:
+    """The stored scenario (validated, and as YAML data, migrated from the run's schema `version`: it
+    has none of its own), or the one given instead."""
+    stored = loader.path / "scenario.yaml"
+    data: dict[str, Any] = {}
+    try:
+        if scenario_path is not None:
+            scenario = load_scenario(scenario_path)
+            return scenario, None, scenario.model_dump(mode="json")
+        if not stored.is_file():
+            raise HarnessInputError(f"{stored}: no such file")
+        raw, node = read_yaml(stored)
+        if not isinstance(raw, dict):
+            raise HarnessInputError(f"{stored}:1: expected a mapping with `name`, `engine`, `variants`, ...")
+        data = migrate("scenario.yaml", raw, version)
+    except HarnessInputError as exc:
+        if loader.strict:
+            raise
+        if stored.is_file():
+            loader.damage("scenario.yaml", exc)
+        else:
+            loader.damaged["scenario.yaml"] = "is missing"
+        return None, exc, data
+    try:
+        if not is_whole(stored):
             raise HarnessInputError(
-                f"{scenario_path}: cut short (its last line is not {SCENARIO_END!r}); "
+                f"{stored}: cut short (its last line is not {SCENARIO_END!r}); "
                 "give the scenario with --scenario FILE to check the run anyway"
             )
-    scenario = load_scenario(scenario_path)
+        scenario = with_paths_resolved(scenario_from_dict(data, source=stored, node=node), stored.parent)
+    except HarnessInputError as exc:
+        if loader.strict:
+            raise
+        return None, exc, data  # a scenario the report and history can still show: not damage
+    return scenario, None, data
+
+
+def _read_trials(loader: _Loader) -> list[Trial]:
     trials: list[Trial] = []
-    trials_dir = path / "trials"
+    trials_dir = loader.path / "trials"
     for trial_json in sorted(trials_dir.glob("*/trial.json")) if trials_dir.is_dir() else []:
-        if not inside(path, trial_json):
-            raise HarnessInputError(f"{trial_json}: leads outside the run directory (a link?)")
-        trials.append(Trial(dir=trial_json.parent, record=validated(trial_json, TrialRecord, read_json(trial_json))))
+        name = trial_json.relative_to(loader.path).as_posix()
+        if (record := loader.record(name, TrialRecord)) is not None:
+            trials.append(Trial(dir=trial_json.parent, record=record))
     trials.sort(key=lambda t: t.record.index)
-    analysis = _read_analysis(path / "analysis.json")
-    env_path = path / "environment.json"
-    environment = read_json(env_path) if env_path.exists() else {}
-    if not isinstance(environment, dict):
-        raise HarnessInputError(f"{env_path}: expected a JSON object")
-    return RunDir(path=path, run=run, scenario=scenario, trials=trials, analysis=analysis, environment=environment)
-
-
-def _read_analysis(path: Path) -> dict[str, TrialAnalysis]:
-    """analysis.json's per-trial sections, each file section checked against the analysis schema."""
-    if not path.exists():
-        return {}
-    document = read_json(path)
-    if not isinstance(document, dict):
-        raise HarnessInputError(f"{path}: expected a JSON object with `trials`")
-    check_schema_version(path, document)
-    trials = document.get("trials", {})
-    if not isinstance(trials, dict):
-        raise HarnessInputError(f"{path}: trials: expected an object (trial directory -> analysis)")
-    out: dict[str, TrialAnalysis] = {}
-    for name, entry in trials.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("files", []), list):
-            raise HarnessInputError(f"{path}: trials.{name}: expected an object with a list `files`")
-        out[name] = validated(path, TrialAnalysis, entry, where=f"trials.{name}")
-    return out
+    return trials
