@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sglang_spec_harness.rundir import as_object
-from sglang_spec_harness.report.data import ReportData, TrialRecord
+from sglang_spec_harness.report.data import ReportData, TrialView
 from sglang_spec_harness.report.figures import CountBar, TimelineBar
 
 REGION_ORDER = ["DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND", "PREFILL", "(none)"]
@@ -73,7 +73,7 @@ def _files_of(analysis: Any) -> list[dict[str, Any]]:
     return [analysis]
 
 
-def _profiled(data: ReportData, variant: str) -> list[TrialRecord]:
+def _profiled(data: ReportData, variant: str) -> list[TrialView]:
     return [t for t in data.trials_of(variant, "profiled")]
 
 
@@ -190,7 +190,7 @@ def analysis_warnings(data: ReportData) -> list[str]:
 class TraceView:
     """One profiled trial's first (rank 0) trace, read and attributed to regions."""
 
-    trial: TrialRecord
+    trial: TrialView
     path: Path
     on_gpu: bool  # kernels recorded: GPU time and kernels; else CPU ops
     units: pd.DataFrame  # region instances in time order: region, start, end, pid, tid
@@ -206,7 +206,7 @@ def _region_table(data: ReportData):
     return region_table(rules or None, replace_default=bool(regions.get("replace")))
 
 
-def _trace_file(trial: TrialRecord) -> Path | None:
+def _trace_file(trial: TrialView) -> Path | None:
     """The rank-0 Kineto trace of a trial (or its first trace of any supported kind)."""
     candidates = sorted(trial.trace_paths, key=lambda p: (".trace.json" not in p.name, "-TP-0" not in p.name, p.name))
     readable = [p for p in candidates if p.name.endswith((".json", ".json.gz", ".sqlite"))]
@@ -235,7 +235,7 @@ def trace_views(data: ReportData) -> dict[str, TraceView]:
     return views
 
 
-def _read_view(data: ReportData, trial: TrialRecord, path: Path) -> TraceView:
+def _read_view(data: ReportData, trial: TrialView, path: Path) -> TraceView:
     from sglang_spec_harness.traces.attribution import attribute
     from sglang_spec_harness.traces.readers import read_trace
 

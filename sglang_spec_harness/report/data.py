@@ -1,41 +1,37 @@
 """Everything the report shows, read from a run directory that may be incomplete.
 
-Unlike `harness check`, the report never refuses a run: a missing or unreadable file becomes a
+Unlike `harness check`, the report never refuses a run: it reads the run directory leniently
+(`sglang_spec_harness.rundir.load_run_dir(strict=False)`), so a missing or damaged file becomes a
 note on the page (and in the summary), and the rest is still shown. Only a path that is not a run
 directory at all (no run.json, no results.json, no trials) is bad input.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_spec_harness.errors import HarnessInputError
-from sglang_spec_harness.rundir import SCHEMA_VERSION, as_list, as_object, inside, read_json
+from sglang_spec_harness.rundir import PlanEntry, RunDir, Trial, as_list, as_object, inside, load_run_dir
+from sglang_spec_harness.rundir import valid_number as plottable
 from sglang_spec_harness.verdict.verdicts import Verdict
 
 # The overall verdicts results.json may hold (a rule may also be INFO).
 VERDICTS = (Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE)
-# Beyond this a number from a file is damage, not a measurement: figures cannot scale to it.
-MAX_PLOTTED = 1e12
-
-
-def plottable(value: Any) -> float | None:
-    """A number from a file as a float that a figure or a sum can take (finite, not huge), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an int past float's range
-        return None
-    return number if math.isfinite(number) and abs(number) <= MAX_PLOTTED else None
+# What the report cannot show without each run file: the end of its note.
+WITHOUT = {
+    "run.json": "the trial plan and run status are unknown",
+    "results.json": "no verdict yet; run `harness check {run_dir}` to evaluate the rules",
+    "analysis.json": "no trace analysis: kernel counts, region times and top kernels are not shown",
+    "environment.json": "environment metadata is not shown",
+    "scenario.yaml": "variant descriptions and arguments are not shown",
+}
 
 
 @dataclass
-class TrialRecord:
-    """One planned or executed trial (server run)."""
+class TrialView:
+    """One planned or executed trial as the report shows it: its place in the plan and, once it ran,
+    its record (`trial`, rundir's Trial)."""
 
     name: str  # directory name, e.g. `03-candidate-timed`
     dir: Path
@@ -43,23 +39,36 @@ class TrialRecord:
     variant: str
     kind: str  # timed | profiled
     repetition: int
-    status: str  # ok | failed | not run (planned, no trial.json) | unreadable
+    status: str  # ok | failed | interrupted | not run (planned, no trial.json) | unreadable
     error: str | None = None
-    command: str | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
-    server_info: dict[str, Any] = field(default_factory=dict)
+    trial: Trial | None = None
     trace_paths: list[Path] = field(default_factory=list)  # absolute; those that exist
     missing_traces: list[str] = field(default_factory=list)  # listed in trial.json, absent on disk
     server_log: Path | None = None
-    launch: str | None = None  # warm modes: the launch directory (relative) that served it
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def command(self) -> str | None:
+        return self.trial.record.command or None if self.trial else None
+
+    @property
+    def launch(self) -> str | None:
+        """Warm modes: the launch directory (relative) that served it."""
+        return self.trial.record.launch if self.trial else None
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.trial.summary.model_dump(exclude_none=True) if self.trial else {}
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        return self.trial.record.server_info if self.trial else {}
+
     def number(self, key: str) -> float | None:
         return plottable(self.summary.get(key))
-
 
 @dataclass
 class VariantInfo:
@@ -74,14 +83,18 @@ class VariantInfo:
 
 @dataclass
 class ReportData:
+    """The run directory as the report's pages read it: the typed run (`rundir`) and, for the pages,
+    its records as plain JSON data ({} or None where a file is missing or damaged)."""
+
     run_dir: Path
+    rundir: RunDir
     run: dict[str, Any]
     results: dict[str, Any] | None
     analysis: dict[str, Any]  # trial dir name -> TraceAnalysis JSON
     environment: dict[str, Any]
     scenario: dict[str, Any]  # the resolved scenario as plain data ({} when missing)
     variants: list[VariantInfo]
-    trials: list[TrialRecord]
+    trials: list[TrialView]
     notes: list[str]  # what is missing or broken, one sentence each
     launches: list[dict[str, Any]] = field(default_factory=list)  # warm modes: launch.json of each launch
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # traces read once per report
@@ -113,7 +126,7 @@ class ReportData:
     def rules_of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [r for r in self.rules if r.get("kind") == kind]
 
-    def trials_of(self, variant: str, kind: str | None = None, *, ok_only: bool = True) -> list[TrialRecord]:
+    def trials_of(self, variant: str, kind: str | None = None, *, ok_only: bool = True) -> list[TrialView]:
         return [
             t for t in self.trials
             if t.variant == variant and (kind is None or t.kind == kind) and (t.ok or not ok_only)
@@ -127,23 +140,6 @@ class ReportData:
             return "./" + path.relative_to(self.run_dir).as_posix()
         except ValueError:
             return "./" + path.name
-
-
-def _read_json(path: Path, notes: list[str], what: str) -> Any | None:
-    """The JSON at `path`, or None with a note saying why it is not there."""
-    if not path.exists():
-        notes.append(f"{path.name} is missing: {what}.")
-        return None
-    try:
-        data = read_json(path)
-    except HarnessInputError as exc:
-        notes.append(f"{path.name} could not be read ({str(exc).removeprefix(str(path) + ':').strip()}): {what}.")
-        return None
-    version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else SCHEMA_VERSION
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        notes.append(f"{path.name} has schema_version {str(version)[:40]}, this harness reads {SCHEMA_VERSION}: {what}.")
-        return None
-    return data
 
 
 def _int(value: Any, default: int) -> int:
@@ -173,167 +169,146 @@ def _variants(scenario: dict[str, Any]) -> list[VariantInfo]:
     return out
 
 
-def _trial_record(run_dir: Path, entry: dict[str, Any], notes: list[str]) -> TrialRecord:
-    rel = str(entry.get("dir") or f"trials/{_int(entry.get('index'), 0):02d}-{entry.get('variant')}-{entry.get('kind')}")
-    trial_dir = run_dir / rel
-    if not inside(run_dir, trial_dir) or trial_dir.resolve() == run_dir.resolve():
+def _trial_dir(rd: RunDir, rel: str, notes: list[str]) -> Path:
+    trial_dir = rd.path / rel
+    if not inside(rd.path, trial_dir) or trial_dir.resolve() == rd.path.resolve():
         notes.append(f"The plan names a trial directory outside the run directory ({rel[:80]}): ignored.")
-        trial_dir = run_dir / "trials" / "(outside)"
-    record = TrialRecord(
-        name=trial_dir.name,
-        dir=trial_dir,
-        index=_int(entry.get("index"), 0),
-        variant=str(entry.get("variant", "?")),
-        kind=str(entry.get("kind", "?")),
-        repetition=_int(entry.get("repetition"), 0),
-        status="not run",
-    )
-    trial_json = trial_dir / "trial.json"
-    if not trial_json.is_file() or not inside(run_dir, trial_json):
-        return record
-    try:
-        info = read_json(trial_json)
-        if not isinstance(info, dict):
-            raise HarnessInputError("not an object")
-    except HarnessInputError as exc:
-        problem = str(exc).removeprefix(str(trial_json) + ":").strip()
-        record.status = "unreadable"
-        record.error = f"trial.json could not be read ({problem})"
-        notes.append(f"{record.name}/trial.json could not be read ({problem}).")
-        return record
-    record.index = _int(info.get("index"), record.index)
-    record.variant = str(info.get("variant", record.variant))
-    record.kind = str(info.get("kind", record.kind))
-    record.repetition = _int(info.get("repetition"), record.repetition)
-    status = info.get("status")
+        return rd.path / "trials" / "(outside)"
+    return trial_dir
+
+
+def _view(rd: RunDir, trial_dir: Path, entry: PlanEntry, notes: list[str]) -> TrialView:
+    """A planned trial (or one found on disk, `entry` guessed from its name) as the report shows it."""
+    view = TrialView(name=trial_dir.name, dir=trial_dir, index=entry.index, variant=entry.variant, kind=entry.kind,
+                     repetition=entry.repetition or 0, status="not run")
+    rel = f"{trial_dir.relative_to(rd.path).as_posix()}/trial.json" if inside(rd.path, trial_dir) else ""
+    if rel in rd.damaged:
+        view.status, view.error = "unreadable", f"trial.json {rd.damaged[rel]}"
+        notes.append(f"{view.name}/trial.json {rd.damaged[rel]}.")
+        return view
+    trial = next((t for t in rd.trials if t.dir == trial_dir), None)
+    if trial is None:
+        return view
+    record = trial.record
+    view.trial, view.index, view.variant, view.kind = trial, record.index, record.variant, record.kind
+    view.repetition = record.repetition or 0
     # `running` left on disk means the run stopped (Ctrl-C, crash) while this trial ran.
-    record.status = {"ok": "ok", "running": "interrupted"}.get(str(status), "failed")
-    record.error = info.get("error") or None
-    record.command = info.get("command") or None
-    record.summary = as_object(info.get("summary"))
-    record.server_info = as_object(info.get("server_info"))
-    for rel_trace in as_list(info.get("traces")):
-        path = trial_dir / str(rel_trace)
+    view.status = {"ok": "ok", "running": "interrupted"}.get(str(record.status), "failed")
+    view.error = record.error or None
+    for rel_trace in record.traces:
+        path = trial_dir / rel_trace
         if not inside(trial_dir, path):  # a name from a file: never read or link outside the trial
-            notes.append(f"Trial {record.name}: trace {str(rel_trace)[:80]!r} lies outside the trial directory: ignored.")
+            notes.append(f"Trial {view.name}: trace {rel_trace[:80]!r} lies outside the trial directory: ignored.")
         elif path.is_file():
-            record.trace_paths.append(path)
+            view.trace_paths.append(path)
         else:
-            record.missing_traces.append(str(rel_trace))
-    launch = info.get("launch")
-    record.launch = launch if isinstance(launch, str) else None
+            view.missing_traces.append(rel_trace)
     log = trial_dir / "server.log"
     if not log.exists() and record.launch:  # warm modes: the launch's log
-        log = run_dir / record.launch / "server.log"
-    record.server_log = log if log.is_file() and inside(run_dir, log) and (
+        log = rd.path / record.launch / "server.log"
+    view.server_log = log if log.is_file() and inside(rd.path, log) and (
         log.parent != trial_dir or inside(trial_dir, log)) else None
-    return record
+    return view
 
 
-def load_report_data(run_dir: Path) -> ReportData:
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise HarnessInputError(f"{run_dir}: not a run directory (no such directory)")
-    markers = ("run.json", "results.json", "trials")
-    if not any((run_dir / m).exists() for m in markers):
-        raise HarnessInputError(
-            f"{run_dir}: not a run directory (expected run.json, results.json or trials/ written by `harness run`)"
-        )
-    notes: list[str] = []
+def _guessed_entry(name: str, position: int) -> PlanEntry:
+    """A trial directory the plan does not name: what its name `NN-variant-kind` says."""
+    parts = name.split("-")
+    return PlanEntry(index=int(parts[0]) if parts[0].isdigit() else position,
+                     variant="-".join(parts[1:-1]) or "?", kind=parts[-1] if len(parts) > 1 else "?")
 
-    run = as_object(_read_json(run_dir / "run.json", notes, "the trial plan and run status are unknown"))
-    results = _read_json(
-        run_dir / "results.json", notes, f"no verdict yet; run `harness check {run_dir}` to evaluate the rules"
-    )
-    if results is not None and not isinstance(results, dict):
-        notes.append("results.json is not an object: no verdict.")
-        results = None
-    analysis_doc = _read_json(
-        run_dir / "analysis.json", notes, "no trace analysis: kernel counts, region times and top kernels are not shown"
-    )
-    analysis = as_object(as_object(analysis_doc).get("trials"))
-    for trial_name, message in as_object(as_object(analysis_doc).get("errors")).items():
+
+def _trials(rd: RunDir, notes: list[str]) -> list[TrialView]:
+    """The plan first (so that trials that never ran show up), then any trial directory on disk that
+    the plan does not name."""
+    views: list[TrialView] = []
+    for entry in rd.run.plan:
+        rel = entry.dir or f"trials/{entry.index:02d}-{entry.variant}-{entry.kind}"
+        views.append(_view(rd, _trial_dir(rd, rel, notes), entry, notes))
+    seen = {v.name for v in views}
+    trials_dir = rd.path / "trials"
+    for trial_json in sorted(trials_dir.glob("*/trial.json")) if trials_dir.is_dir() else []:
+        if trial_json.parent.name not in seen:
+            views.append(_view(rd, trial_json.parent, _guessed_entry(trial_json.parent.name, len(views)), notes))
+    views.sort(key=lambda t: t.index)
+    return views
+
+
+def _file_notes(rd: RunDir) -> list[str]:
+    """The run's own files: missing or damaged, and what the report cannot show without each."""
+    notes = []
+    for name, without in WITHOUT.items():
+        without = without.format(run_dir=rd.path)
+        if name in rd.damaged:
+            notes.append(f"{name} {rd.damaged[name]}: {without}.")
+        elif not (rd.path / name).exists():
+            notes.append(f"{name} is missing: {without}.")
+    for trial_name, message in rd.analysis_errors.items():
         notes.append(f"The trace analysis of {trial_name} failed: {message}.")
-    environment = as_object(_read_json(run_dir / "environment.json", notes, "environment metadata is not shown"))
+    return notes
 
-    scenario: dict[str, Any] = {}
-    scenario_path = run_dir / "scenario.yaml"
-    if scenario_path.exists():
-        from sglang_spec_harness.scenario import read_yaml
 
-        try:
-            loaded, _ = read_yaml(scenario_path)
-            scenario = as_object(loaded)
-        except HarnessInputError as exc:
-            problem = str(exc).removeprefix(str(scenario_path)).lstrip(":0123456789 ")
-            notes.append(f"scenario.yaml could not be read ({problem}): variant descriptions are not shown.")
-    else:
-        notes.append("scenario.yaml is missing: variant descriptions and arguments are not shown.")
-
-    # Trials: the plan first (so that trials that never ran show up), then any trial directory
-    # on disk that the plan does not name.
-    trials: list[TrialRecord] = []
-    seen: set[str] = set()
-    for entry in run.get("plan") or []:
-        if isinstance(entry, dict):
-            record = _trial_record(run_dir, entry, notes)
-            trials.append(record)
-            seen.add(record.name)
-    trials_dir = run_dir / "trials"
-    if trials_dir.is_dir():
-        for trial_json in sorted(trials_dir.glob("*/trial.json")):
-            if trial_json.parent.name in seen:
-                continue
-            parts = trial_json.parent.name.split("-")
-            guess = {
-                "dir": f"trials/{trial_json.parent.name}",
-                "index": int(parts[0]) if parts[0].isdigit() else len(trials),
-                "variant": "-".join(parts[1:-1]) or "?",
-                "kind": parts[-1] if len(parts) > 1 else "?",
-            }
-            trials.append(_trial_record(run_dir, guess, notes))
-    trials.sort(key=lambda t: t.index)
-
+def _trial_notes(rd: RunDir, trials: list[TrialView]) -> list[str]:
+    notes = []
     for t in trials:
-        if t.status in ("failed", "unreadable"):
+        if t.status == "failed":
             notes.append(f"Trial {t.name} failed: {t.error or 'no error recorded'}.")
         elif t.status == "interrupted":
             notes.append(f"Trial {t.name} was still running when the run stopped: its measurements are partial.")
     not_run = [t.name for t in trials if t.status == "not run"]
     if not_run:
         notes.append(f"{len(not_run)} planned trial(s) did not run: {', '.join(not_run)}.")
-    if run.get("status") == "incomplete" or run.get("error"):
-        notes.append(f"The run is incomplete: {run.get('error') or 'it stopped before the end of the plan'}.")
+    if rd.run.status == "incomplete" or rd.run.error:
+        notes.append(f"The run is incomplete: {rd.run.error or 'it stopped before the end of the plan'}.")
+    analysed = (rd.path / "analysis.json").exists() and "analysis.json" not in rd.damaged
     for t in trials:
-        if t.ok and t.kind == "profiled" and t.name not in analysis and analysis_doc is not None:
+        if t.ok and t.kind == "profiled" and t.name not in rd.analysis and analysed:
             notes.append(f"analysis.json has no entry for profiled trial {t.name}.")
         if t.missing_traces:
             notes.append(f"Trial {t.name}: trace file(s) listed but missing: {', '.join(t.missing_traces)}.")
+    return notes
 
+
+def _launches(rd: RunDir, notes: list[str]) -> list[dict[str, Any]]:
+    """Warm modes: each launch's run.json entry with its launch.json and its server log."""
     launches: list[dict[str, Any]] = []
-    for entry in run.get("launches") or []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
+    for entry in rd.run.launches:
+        if entry.dir is None:
             continue
-        if not inside(run_dir, run_dir / entry["dir"]) or (run_dir / entry["dir"]).resolve() == run_dir.resolve():
-            notes.append(f"run.json names a launch directory outside the run directory ({entry['dir'][:80]}): ignored.")
+        where = rd.path / entry.dir
+        if not inside(rd.path, where) or where.resolve() == rd.path.resolve():
+            notes.append(f"run.json names a launch directory outside the run directory ({entry.dir[:80]}): ignored.")
             continue
-        described = _read_json(run_dir / entry["dir"] / "launch.json", notes, f"launch {entry['dir']} is not described")
-        launch = {**entry, **as_object(described)}
-        log = run_dir / entry["dir"] / "server.log"
-        launch["server_log"] = log if log.is_file() and inside(run_dir / entry["dir"], log) else None
+        record = rd.launches.get(entry.dir)
+        if record is None:
+            problem = rd.damaged.get(f"{entry.dir}/launch.json", "is missing")
+            notes.append(f"{entry.dir}/launch.json {problem}: launch {entry.dir} is not described.")
+        launch = {**entry.model_dump(mode="json"), **(record.model_dump(mode="json") if record else {})}
+        log = where / "server.log"
+        launch["server_log"] = log if log.is_file() and inside(where, log) else None
         launches.append(launch)
         if launch.get("status") == "failed":
-            notes.append(f"Server launch {entry['dir']} failed: {launch.get('error') or 'no error recorded'}.")
+            notes.append(f"Server launch {entry.dir} failed: {launch.get('error') or 'no error recorded'}.")
+    return launches
 
+
+def load_report_data(run_dir: Path) -> ReportData:
+    rd = load_run_dir(run_dir, strict=False)
+    notes = _file_notes(rd)
+    trials = _trials(rd, notes)
+    notes.extend(_trial_notes(rd, trials))
+    launches = _launches(rd, notes)
+    run_read = "run.json" not in rd.damaged
     return ReportData(
-        launches=launches,
-        run_dir=run_dir,
-        run=run,
-        results=results,
-        analysis=analysis,
-        environment=environment,
-        scenario=scenario,
-        variants=_variants(scenario),
+        run_dir=rd.path,
+        rundir=rd,
+        run=rd.run.model_dump(mode="json") if run_read else {},
+        results=rd.results.model_dump(mode="json") if rd.results is not None else None,
+        analysis={name: analysis.model_dump(mode="json") for name, analysis in rd.analysis.items()},
+        environment=rd.environment.model_dump(mode="json") if rd.environment is not None else {},
+        scenario=rd.scenario_data,
+        variants=_variants(rd.scenario_data),
         trials=trials,
         notes=notes,
+        launches=launches,
     )
