@@ -1,10 +1,13 @@
-"""What one run directory contributes to the history: a `RunRecord`, read from disk only.
+"""What one run directory contributes to the history: a `RunRow` (the runs table's row and its
+children), built from the run directory as `sglang_spec_harness.rundir.load_run_dir` reads it
+(leniently: the same validation, size cap and idea of a valid number as `harness check`).
 
-It never raises for a damaged run: a run whose files are missing, truncated or inconsistent becomes a
-record with status `damaged` and the reason (which file, what is wrong); a run that did not finish is
-`incomplete` with its error. Only complete runs carry samples, rules, kernel counts, op counts, region
-times and output hashes, so half a run can never move a series. Unknown fields are ignored (newer
-harnesses add some, e.g. run.json `mode`). A run of a sweep (run.json `sweep`) carries its point.
+It never raises for a damaged run: a run whose files are missing, truncated or fail their model
+becomes a row with status `damaged` and the reason (which file, what is wrong); a run that did not
+finish is `incomplete` with its error. Only complete runs carry samples, rules, kernel counts, op
+counts, region times and output hashes, so half a run can never move a series. Older runs are
+migrated on load; unknown fields are kept where a record's model allows them. A run of a sweep
+(run.json `sweep`) carries its point.
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ValidationError
-
-from sglang_spec_harness.rundir import SweepPoint, as_list, as_object
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.rundir import (
+    EnvironmentRecord,
+    RuleResult,
+    RunDir,
+    Trial,
+    as_object,
+    load_run_dir,
+    valid_number,
+)
 from sglang_spec_harness.traces.analysis import combine_op_tables
-from sglang_spec_harness.traces.schema import OpTable, RegionTime
+from sglang_spec_harness.traces.schema import FileAnalysis, OpTable
 
 RUN_FILES = ("run.json", "results.json", "environment.json", "analysis.json", "scenario.yaml")
 # results.json variants.<name> lists -> metric names in the database
@@ -34,7 +43,9 @@ class Damaged(Exception):
 
 
 @dataclass
-class RunRecord:
+class RunRow:
+    """A run as the results database stores it: the `runs` row, and its children's rows."""
+
     key: str
     fingerprint: str
     name: str
@@ -90,20 +101,6 @@ def to_utc(stamp: Any) -> str | None:
     return parsed.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def _read_json(run_dir: Path, name: str, *, required: bool) -> Any:
-    path = run_dir / name
-    if not path.exists():
-        if required:
-            raise Damaged(f"{name}: missing")
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Damaged(f"{name}: cannot read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise Damaged(f"{name}:{exc.lineno}: not valid JSON ({exc.msg}; truncated?)") from None
-
-
 def _fingerprint(run_dir: Path) -> str:
     """Changes when any file the history reads changes (a re-check, a finished run)."""
     digest = hashlib.sha256()
@@ -120,71 +117,73 @@ def _fingerprint(run_dir: Path) -> str:
     return digest.hexdigest()[:32]
 
 
-def _run_key(run_dir: Path, run: dict[str, Any] | None, env: dict[str, Any] | None) -> str:
+def _run_key(run_dir: Path, rd: RunDir | None) -> str:
     """The run's identity: the same run copied elsewhere (a CI artifact) is the same run."""
-    run = run or {}
-    parts = [run_dir.name, str(run.get("scenario")), str(run.get("started")), str((env or {}).get("hostname"))]
+    run = rd.run if rd is not None and "run.json" not in rd.damaged else None
+    host = rd.environment.hostname if rd is not None and rd.environment is not None else None
+    parts = [run_dir.name, str(run.scenario if run else None), str(run.started if run else None), str(host)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
-def hardware_of(env: dict[str, Any] | None) -> str:
+def hardware_of(env: EnvironmentRecord | None) -> str:
     """The series dimension `hardware`: the GPUs when there are any, else the CPU."""
-    env = env or {}
-    gpus = [str(name) for g in as_list(env.get("gpus")) if isinstance(g, dict) and (name := g.get("name"))]
+    if env is None:
+        return "unknown"
+    gpus = [str(name) for g in env.gpus if (name := g.get("name"))]
     if gpus:
         names = sorted(set(gpus))
         return " + ".join(f"{gpus.count(n)}x {n}" for n in names)
-    cpu = env.get("cpu")
-    if cpu:
-        count = env.get("cpu_count")
-        return f"{cpu} ({count} CPUs)" if count else str(cpu)
+    if env.cpu:
+        return f"{env.cpu} ({env.cpu_count} CPUs)" if env.cpu_count else env.cpu
     return "unknown"
 
 
-def read_run(run_dir: str | Path) -> RunRecord:
-    """The record of one run directory (never raises for a damaged run)."""
+def read_run(run_dir: str | Path) -> RunRow:
+    """The row of one run directory (never raises for a damaged run)."""
     run_dir = Path(run_dir).resolve()
-    record = RunRecord(key="", fingerprint=_fingerprint(run_dir), name=run_dir.name, path=str(run_dir),
-                       status="damaged")
-    run: dict[str, Any] | None = None
-    env: dict[str, Any] | None = None
+    row = RunRow(key="", fingerprint=_fingerprint(run_dir), name=run_dir.name, path=str(run_dir), status="damaged")
+    rd: RunDir | None = None
     try:
-        env = _read_json(run_dir, "environment.json", required=False)
-        if env is not None and not isinstance(env, dict):
-            raise Damaged("environment.json: expected an object")
-        _environment(record, env)
-        run = _read_json(run_dir, "run.json", required=True)
-        if not isinstance(run, dict) or not isinstance(run.get("plan"), list):
-            raise Damaged("run.json: expected an object with a `plan` list")
-        _run_facts(record, run)
-        record.scenario_json = _scenario(run_dir)
-        record.engine = (record.scenario_json or {}).get("engine")
-        status = run.get("status")
-        if status != "complete":
-            record.status = "incomplete"
-            record.reason = (f"run.json: status {status!r}"
-                             + (f": {run['error']}" if run.get("error") else " (still running, or the harness was killed)"))
-            return record
-        results = _read_json(run_dir, "results.json", required=True)
-        trials = _trials(run_dir, run)
-        _results(record, results, trials)
-        analysis = _read_json(run_dir, "analysis.json", required=False)
-        _kernel_counts(record, analysis, trials)
-        _ops_and_times(record, analysis, trials)
-        _output_hashes(record, run_dir, run)
-        record.status = "complete"
+        try:
+            rd = load_run_dir(run_dir, strict=False)
+        except HarnessInputError as exc:
+            raise Damaged(str(exc)) from None
+        _check(rd, "environment.json")
+        _environment(row, rd.environment)
+        _check(rd, "run.json")
+        _run_facts(row, rd)
+        _check(rd, "scenario.yaml")
+        row.scenario_json = rd.scenario_data
+        row.engine = rd.scenario_data.get("engine")
+        if rd.run.status != "complete":
+            row.status = "incomplete"
+            row.reason = (f"run.json: status {rd.run.status!r}"
+                          + (f": {rd.run.error}" if rd.run.error else " (still running, or the harness was killed)"))
+            return row
+        trials = _trials(rd)
+        _check(rd, "results.json")
+        _results(row, rd, trials)
+        _check(rd, "analysis.json")
+        _kernel_counts(row, rd, trials)
+        _ops_and_times(row, rd, trials)
+        _output_hashes(row, rd)
+        row.status = "complete"
         report = run_dir / "index.html"
-        record.report = str(report) if report.exists() else None
+        row.report = str(report) if report.exists() else None
     except Damaged as exc:
-        record.status = "damaged"
-        record.reason = str(exc)
-        record.samples, record.rules, record.kernel_counts = [], [], []
-        record.op_counts, record.region_times = [], []
-        for variant in record.variants:
+        row.status = "damaged"
+        row.reason = str(exc)
+        row.samples, row.rules, row.kernel_counts, row.op_counts, row.region_times = [], [], [], [], []
+        for variant in row.variants:
             variant.update(output_hash=None, outputs=None)
     finally:
-        record.key = _run_key(run_dir, run, env)
-    return record
+        row.key = _run_key(run_dir, rd)
+    return row
+
+
+def _check(rd: RunDir, name: str) -> None:
+    if name in rd.damaged:
+        raise Damaged(rd.damaged[name])
 
 
 def sglang_commit(sglang: dict[str, Any], harness: dict[str, Any]) -> str | None:
@@ -198,173 +197,129 @@ def sglang_commit(sglang: dict[str, Any], harness: dict[str, Any]) -> str | None
     return commit
 
 
-def _environment(record: RunRecord, env: dict[str, Any] | None) -> None:
-    record.environment_json = env
-    record.hardware = hardware_of(env)
-    if not env:
+def _environment(row: RunRow, env: EnvironmentRecord | None) -> None:
+    row.environment_json = env.model_dump(mode="json", exclude_unset=True) if env is not None else None
+    row.hardware = hardware_of(env)
+    if env is None:
         return
-    record.host = env.get("hostname")
-    harness = as_object(env.get("harness"))
-    record.harness_version = harness.get("version")
-    record.harness_commit = harness.get("git_commit")
-    per_variant = as_object(env.get("variants"))
+    row.host = env.hostname
+    row.harness_version = env.harness.get("version")
+    row.harness_commit = env.harness.get("git_commit")
     # The run's SGLang is the candidate's (what is under test), else any variant's.
-    for name in ("candidate", *per_variant):
-        sglang = as_object(per_variant.get(name)).get("sglang")
-        if isinstance(sglang, dict) and (sglang.get("version") or sglang.get("git_commit")):
-            record.sglang_version = sglang.get("version")
-            record.sglang_commit = sglang_commit(sglang, harness)
+    for name in ("candidate", *env.variants):
+        sglang = as_object(env.variants.get(name, {}).get("sglang"))
+        if sglang.get("version") or sglang.get("git_commit"):
+            row.sglang_version = sglang.get("version")
+            row.sglang_commit = sglang_commit(sglang, env.harness)
             break
 
 
-def _run_facts(record: RunRecord, run: dict[str, Any]) -> None:
-    record.run_json = run
-    record.scenario = run.get("scenario")
-    record.aa = bool(run.get("aa"))
-    # Runs written before the warm run modes have no `mode`: they are `restart` runs.
-    record.mode = run.get("mode") if isinstance(run.get("mode"), str) and run.get("mode") else "restart"
-    record.started = to_utc(run.get("started"))
-    record.finished = to_utc(run.get("finished"))
-    if run.get("sweep") is not None:
-        try:
-            point = SweepPoint.model_validate(run["sweep"])
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(p) for p in error["loc"])
-            raise Damaged(f"run.json: sweep{'.' + where if where else ''}: {error['msg']}") from None
-        record.sweep, record.sweep_axis, record.sweep_point = point.sweep, point.axis, point.point
-        record.sweep_label, record.sweep_position = point.label, point.position
+def _run_facts(row: RunRow, rd: RunDir) -> None:
+    run = rd.run
+    row.run_json = run.model_dump(mode="json", exclude_unset=True)
+    row.scenario, row.aa, row.mode = run.scenario, run.aa, run.mode
+    row.started, row.finished = to_utc(run.started), to_utc(run.finished)
+    if run.sweep is not None:
+        point = run.sweep
+        row.sweep, row.sweep_axis, row.sweep_point = point.sweep, point.axis, point.point
+        row.sweep_label, row.sweep_position = point.label, point.position
 
 
-def _scenario(run_dir: Path) -> dict[str, Any] | None:
-    # Raw YAML, not the validating loader: a newer harness's fields must not make an old run unreadable.
-    path = run_dir / "scenario.yaml"
-    if not path.exists():
-        raise Damaged("scenario.yaml: missing")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise Damaged(f"scenario.yaml: not readable YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise Damaged("scenario.yaml: expected a mapping")
-    return data
-
-
-def _trials(run_dir: Path, run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _trials(rd: RunDir) -> dict[str, Trial]:
     """Every trial the plan lists, by directory name; a missing or unreadable one damages the run."""
-    trials: dict[str, dict[str, Any]] = {}
-    for entry in run["plan"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
+    trials: dict[str, Trial] = {}
+    for entry in rd.run.plan:
+        if entry.dir is None:
             raise Damaged("run.json: a plan entry without `dir`")
-        rel = entry["dir"]
-        if not (run_dir / rel).is_dir():
-            raise Damaged(f"{rel}: missing (run.json's plan lists it)")
-        info = _read_json(run_dir, f"{rel}/trial.json", required=True)
-        if not isinstance(info, dict):
-            raise Damaged(f"{rel}/trial.json: expected an object")
-        trials[Path(rel).name] = info
+        if not (rd.path / entry.dir).is_dir():
+            raise Damaged(f"{entry.dir}: missing (run.json's plan lists it)")
+        _check(rd, f"{entry.dir}/trial.json")
+        trial = next((t for t in rd.trials if t.dir == rd.path / entry.dir), None)
+        if trial is None:
+            raise Damaged(f"{entry.dir}/trial.json: missing")
+        trials[trial.name] = trial
     return trials
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def rule_numbers(rule: RuleResult) -> dict[str, Any]:
+    """A rule's numbers as the database stores them (plain JSON): the one place the history reads them."""
+    return dict(rule.numbers)
 
 
-def _results(record: RunRecord, results: Any, trials: dict[str, dict[str, Any]]) -> None:
-    if not isinstance(results, dict) or not isinstance(results.get("variants"), dict):
-        raise Damaged("results.json: expected an object with `variants`")
-    record.verdict = results.get("verdict") if isinstance(results.get("verdict"), str) else None
-    record.exit_code = results.get("exit_code") if isinstance(results.get("exit_code"), int) else None
-    record.evaluated_at = to_utc(results.get("evaluated_at"))
-    scenario_variants = as_object((record.scenario_json or {}).get("variants"))
-    env_variants = as_object((record.environment_json or {}).get("variants"))
-    for variant, facts in results["variants"].items():
-        if not isinstance(facts, dict):
-            raise Damaged(f"results.json: variants.{variant}: expected an object")
-        listed = facts.get("timed_trials") or []
-        if not isinstance(listed, list):
-            raise Damaged(f"results.json: variants.{variant}.timed_trials: expected a list")
-        timed = [t for t in listed if isinstance(t, str)]
-        for key, metric in RESULT_METRICS.items():
-            values = facts.get(key)
-            if values is None:
-                continue
-            if not isinstance(values, list):
-                raise Damaged(f"results.json: variants.{variant}.{key}: expected a list")
-            for i, value in enumerate(values):
-                if (number := _number(value)) is not None:
-                    record.samples.append({"variant": variant, "metric": metric, "idx": i,
-                                           "trial": timed[i] if i < len(timed) else None, "value": number})
-        for i, trial in enumerate(timed):
-            if trial not in trials:
-                raise Damaged(f"results.json: variants.{variant}.timed_trials: {trial} is not in run.json's plan")
-            summary = as_object(trials[trial].get("summary"))
-            if (number := _number(summary.get("output_throughput_tok_s"))) is not None:
-                record.samples.append({"variant": variant, "metric": THROUGHPUT, "idx": i, "trial": trial,
-                                       "value": number})
-        probe = as_object(env_variants.get(variant))
-        sglang = as_object(probe.get("sglang"))
-        torch = as_object(probe.get("torch"))
-        record.variants.append({
-            "variant": variant,
-            "config": scenario_variants.get(variant) if isinstance(scenario_variants.get(variant), dict) else None,
-            "python": probe.get("python") if isinstance(probe.get("python"), str) else None,
-            "torch_version": torch.get("version") if torch else (probe.get("torch") if isinstance(probe.get("torch"), str) else None),
-            "sglang_version": sglang.get("version"),
-            "sglang_commit": sglang_commit(sglang, as_object((record.environment_json or {}).get("harness"))),
-        })
-    rules = results.get("rules") or []
-    if not isinstance(rules, list):
-        raise Damaged("results.json: rules: expected a list")
-    for rule in rules:
-        if not isinstance(rule, dict) or not isinstance(rule.get("name"), str):
-            raise Damaged("results.json: rules: an entry without a `name`")
-        record.rules.append({"name": rule["name"], "kind": rule.get("kind"), "verdict": rule.get("verdict"),
-                             "reason": rule.get("reason"), "params": rule.get("params"), "numbers": rule.get("numbers")})
+def _samples(row: RunRow, variant: str, facts: dict[str, Any], trials: dict[str, Trial]) -> None:
+    listed = facts.get("timed_trials") or []
+    if not isinstance(listed, list):
+        raise Damaged(f"results.json: variants.{variant}.timed_trials: expected a list")
+    timed = [t for t in listed if isinstance(t, str)]
+    for key, metric in RESULT_METRICS.items():
+        values = facts.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list):
+            raise Damaged(f"results.json: variants.{variant}.{key}: expected a list")
+        for i, value in enumerate(values):
+            if (number := valid_number(value)) is not None:
+                row.samples.append({"variant": variant, "metric": metric, "idx": i,
+                                    "trial": timed[i] if i < len(timed) else None, "value": number})
+    for i, name in enumerate(timed):
+        if name not in trials:
+            raise Damaged(f"results.json: variants.{variant}.timed_trials: {name} is not in run.json's plan")
+        if (number := valid_number(trials[name].summary.output_throughput_tok_s)) is not None:
+            row.samples.append({"variant": variant, "metric": THROUGHPUT, "idx": i, "trial": name, "value": number})
 
 
-def _kernel_counts(record: RunRecord, analysis: Any, trials: dict[str, dict[str, Any]]) -> None:
-    if analysis is None:
-        return
-    per_trial = analysis.get("trials") if isinstance(analysis, dict) else None
-    if not isinstance(per_trial, dict):
-        raise Damaged("analysis.json: expected an object with `trials`")
-    for trial_name, trial_analysis in per_trial.items():
-        variant = (trials.get(trial_name) or {}).get("variant")
-        if variant is None or not isinstance(trial_analysis, dict):
-            continue  # a trial the plan does not know: not this run's
-        for position, facts in enumerate(as_list(trial_analysis.get("files"))):
-            if not isinstance(facts, dict):
-                continue
-            rank = facts.get("rank") if isinstance(facts.get("rank"), int) else position
-            for region, counts in as_object(facts.get("regions")).items():
-                for pattern, row in as_object(as_object(counts).get("counts")).items():
-                    if not isinstance(row, dict):
-                        continue
-                    record.kernel_counts.append({
-                        "variant": variant, "trial": trial_name, "rank": rank, "region": region, "pattern": pattern,
-                        "unit": row.get("unit"), "known": bool(row.get("known", True)),
-                        "replays": row.get("replays"), "total": row.get("total"),
-                        "per_replay_min": row.get("per_replay_min"), "per_replay_max": row.get("per_replay_max"),
-                    })
+def _variant_row(rd: RunDir, variant: str) -> dict[str, Any]:
+    """A variant's configuration (the stored scenario's) and software (its interpreter's probe)."""
+    config = as_object(rd.scenario_data.get("variants")).get(variant)
+    env = rd.environment or EnvironmentRecord()
+    probe = env.variants.get(variant, {})
+    sglang, torch = as_object(probe.get("sglang")), probe.get("torch")
+    return {
+        "variant": variant,
+        "config": config if isinstance(config, dict) else None,
+        "python": probe.get("python") if isinstance(probe.get("python"), str) else None,
+        "torch_version": as_object(torch).get("version") if isinstance(torch, dict) else
+        (torch if isinstance(torch, str) else None),
+        "sglang_version": sglang.get("version"),
+        "sglang_commit": sglang_commit(sglang, env.harness),
+    }
 
 
-def _variant_files(analysis: Any, trials: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, int, dict[str, Any]]]]:
-    """Per variant, its profiled trials' per-file analyses: (trial, file position, facts)."""
-    out: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
-    for trial_name, trial_analysis in as_object(as_object(analysis).get("trials")).items():
-        variant = (trials.get(trial_name) or {}).get("variant")
-        if not isinstance(variant, str) or not isinstance(trial_analysis, dict):
-            continue  # a trial the plan does not know: not this run's
-        for position, facts in enumerate(as_list(trial_analysis.get("files"))):
-            if isinstance(facts, dict):
-                out.setdefault(variant, []).append((trial_name, position, facts))
+def _results(row: RunRow, rd: RunDir, trials: dict[str, Trial]) -> None:
+    results = rd.results
+    if results is None:
+        raise Damaged("results.json: missing")
+    row.verdict, row.exit_code = str(results.verdict), results.exit_code
+    row.evaluated_at = to_utc(results.evaluated_at)
+    for variant, facts in results.variants.items():
+        _samples(row, variant, facts, trials)
+        row.variants.append(_variant_row(rd, variant))
+    for rule in results.rules:
+        row.rules.append({"name": rule.name, "kind": rule.kind, "verdict": str(rule.verdict), "reason": rule.reason,
+                          "params": rule.params, "numbers": rule_numbers(rule)})
+
+
+def _variant_files(rd: RunDir, trials: dict[str, Trial]) -> dict[str, list[tuple[str, FileAnalysis]]]:
+    """Per variant, its profiled trials' per-file analyses: (trial, facts). A trial the plan does not
+    know is not this run's."""
+    out: dict[str, list[tuple[str, FileAnalysis]]] = {}
+    for trial_name, analysis in rd.analysis.items():
+        if trial_name in trials:
+            out.setdefault(trials[trial_name].variant, []).extend((trial_name, f) for f in analysis.files)
     return out
 
 
-def _known_fields(raw: Any, model: type[BaseModel]) -> Any:
-    """A record without the fields this harness does not know (a newer one's): ignored, not damage."""
-    return {k: v for k, v in raw.items() if k in model.model_fields} if isinstance(raw, dict) else raw
+def _kernel_counts(row: RunRow, rd: RunDir, trials: dict[str, Trial]) -> None:
+    for variant, files in _variant_files(rd, trials).items():
+        for trial_name, facts in files:
+            for region, counts in facts.regions.items():
+                for pattern, count in counts.counts.items():
+                    row.kernel_counts.append({
+                        "variant": variant, "trial": trial_name, "rank": facts.rank, "region": region,
+                        "pattern": pattern, "unit": count.unit, "known": count.known, "replays": count.replays,
+                        "total": count.total, "per_replay_min": count.per_replay_min,
+                        "per_replay_max": count.per_replay_max,
+                    })
 
 
 def op_key(name: str) -> str:
@@ -372,37 +327,28 @@ def op_key(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
-def _ops_and_times(record: RunRecord, analysis: Any, trials: dict[str, dict[str, Any]]) -> None:
+def _ops_and_times(row: RunRow, rd: RunDir, trials: dict[str, Trial]) -> None:
     """Per variant, its profiled trials' op tables as one (every replay of every trial and rank), and
     each region's time per replay (summed over the same files)."""
-    for variant, files in _variant_files(analysis, trials).items():
+    for variant, files in _variant_files(rd, trials).items():
         tables: list[OpTable] = []
         times: dict[str, dict[str, Any]] = {}
-        for trial_name, position, facts in files:
-            where = f"analysis.json: trials.{trial_name}.files[{position}]"
-            for i, raw in enumerate(as_list(facts.get("op_tables"))):
-                try:
-                    tables.append(OpTable.model_validate(_known_fields(raw, OpTable)))
-                except ValidationError as exc:
-                    raise Damaged(f"{where}.op_tables[{i}]: {exc.errors()[0]['msg']}") from None
-            for region, raw in as_object(facts.get("region_times")).items():
-                try:
-                    spent = RegionTime.model_validate(_known_fields(raw, RegionTime))
-                except ValidationError as exc:
-                    raise Damaged(f"{where}.region_times.{region}: {exc.errors()[0]['msg']}") from None
-                row = times.setdefault(region, {"variant": variant, "region": region, "unit": spent.unit,
-                                                "instances": 0, "time_us": 0.0, "robust_time_us": 0.0,
-                                                "basis": spent.basis})
-                row["instances"] += spent.instances
-                row["time_us"] += spent.time_us
+        for _, facts in files:
+            tables.extend(facts.op_tables)
+            for region, spent in facts.region_times.items():
+                time = times.setdefault(region, {"variant": variant, "region": region, "unit": spent.unit,
+                                                 "instances": 0, "time_us": 0.0, "robust_time_us": 0.0,
+                                                 "basis": spent.basis})
+                time["instances"] += spent.instances
+                time["time_us"] += spent.time_us
                 # robust time where the file has it (span wall time without a busy CPU's spikes)
-                row["robust_time_us"] += spent.robust_time_us if spent.robust_time_us is not None else spent.time_us
-        record.region_times.extend(times.values())
+                time["robust_time_us"] += spent.robust_time_us if spent.robust_time_us is not None else spent.time_us
+        row.region_times.extend(times.values())
         for table in combine_op_tables(tables):
             if not table.known:
                 continue  # no row: the history never stores a count the trace could not support
             for op in table.rows():
-                record.op_counts.append({
+                row.op_counts.append({
                     "variant": variant, "region": table.region, "unit": table.unit, "op_key": op_key(op.name),
                     "op": op.name, "replays": table.replays, "total": op.total, "per_replay_min": op.per_replay_min,
                     "per_replay_median": op.per_replay_median, "per_replay_max": op.per_replay_max,
@@ -417,47 +363,31 @@ def output_hash(requests: list[tuple[int, list[int] | None]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _output_hashes(record: RunRecord, run_dir: Path, run: dict[str, Any]) -> None:
-    """Per variant, the hash of its profiled trials' greedy outputs (prompt by prompt, the first
-    trial in plan order that sent a prompt gives its output); none where decoding samples
-    (temperature > 0) or a trial's requests cannot be read."""
-    temperature = as_object(as_object(record.scenario_json).get("workload")).get("temperature", 0)
-    greedy = not isinstance(temperature, (int, float)) or temperature == 0
-    for variant in record.variants:
-        variant.update(output_hash=None, outputs=None)
-        if not greedy:
-            continue
-        outputs: dict[int, list[int] | None] = {}
-        readable = True
-        entries = [e for e in run["plan"] if e.get("variant") == variant["variant"] and e.get("kind") == "profiled"]
-        for entry in sorted(entries, key=lambda e: e.get("index") if isinstance(e.get("index"), int) else 0):
-            rows = _requests(run_dir / entry["dir"] / "requests.jsonl")
-            if rows is None:
-                readable = False
-                break
-            for index, ids in rows:
-                outputs.setdefault(index, ids)
-        if readable and outputs:
-            variant.update(output_hash=output_hash(list(outputs.items())), outputs=len(outputs))
-
-
-def _requests(path: Path) -> list[tuple[int, list[int] | None]] | None:
-    """(index, output ids) of each measured request of requests.jsonl; None if it cannot be read."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
-    rows: list[tuple[int, list[int] | None]] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+def _outputs(rd: RunDir, variant: str) -> dict[int, list[int] | None] | None:
+    """A variant's greedy outputs by prompt: the first profiled trial in plan order that sent a prompt
+    gives its output (a failed request: None); None when a trial's requests cannot be read."""
+    outputs: dict[int, list[int] | None] = {}
+    for entry in sorted((e for e in rd.run.plan if e.variant == variant and e.kind == "profiled"),
+                        key=lambda e: e.index):
+        trial = next((t for t in rd.trials if t.dir == rd.path / str(entry.dir)), None)
+        if trial is None or not (trial.dir / "requests.jsonl").is_file():
             return None
-        if not isinstance(row, dict) or row.get("warmup") or not isinstance(row.get("index"), int):
-            continue
-        ids = row.get("output_ids")
-        failed = bool(row.get("error")) or not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)
-        rows.append((row["index"], None if failed else ids))
-    return rows
+        try:
+            requests = trial.requests
+        except HarnessInputError:
+            return None
+        for request in requests:
+            failed = bool(request.error) or request.output_ids is None
+            outputs.setdefault(request.index, None if failed else request.output_ids)
+    return outputs
+
+
+def _output_hashes(row: RunRow, rd: RunDir) -> None:
+    """Per variant, the hash of its profiled trials' greedy outputs; none where decoding samples
+    (temperature > 0) or a trial's requests cannot be read."""
+    temperature = as_object(rd.scenario_data.get("workload")).get("temperature", 0)
+    greedy = not isinstance(temperature, (int, float)) or temperature == 0
+    for variant in row.variants:
+        outputs = _outputs(rd, variant["variant"]) if greedy else None
+        variant.update(output_hash=output_hash(list(outputs.items())) if outputs else None,
+                       outputs=len(outputs) if outputs else None)

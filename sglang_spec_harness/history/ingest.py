@@ -21,14 +21,14 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.history import db
-from sglang_spec_harness.history.extract import RunRecord, is_run_dir, read_run
+from sglang_spec_harness.history.extract import RunRow, is_run_dir, read_run
 
 RETRIES = 8
 
 
 @dataclass(frozen=True)
 class Outcome:
-    record: RunRecord
+    record: RunRow
     action: str  # added | updated | unchanged
 
 
@@ -69,7 +69,7 @@ def ingest(engine: Engine, run_dirs: Iterable[Path], *,
     return outcomes
 
 
-def ingest_run(engine: Engine, record: RunRecord) -> Outcome:
+def ingest_run(engine: Engine, record: RunRow) -> Outcome:
     for attempt in range(RETRIES):
         try:
             with engine.begin() as conn:
@@ -94,7 +94,7 @@ def ingest_run(engine: Engine, record: RunRecord) -> Outcome:
     raise HarnessInputError(f"{record.path}: could not be ingested: the database stayed busy ({RETRIES} tries)")
 
 
-def _insert(conn: sa.Connection, record: RunRecord) -> None:
+def _insert(conn: sa.Connection, record: RunRow) -> None:
     row = {column.name: getattr(record, column.name, None) for column in db.runs.columns
            if column.name not in ("id", "run_key", "ingested_at")}
     row.update(run_key=record.key, ingested_at=datetime.now(UTC).isoformat(timespec="seconds"))

@@ -182,9 +182,9 @@ def _view(rd: RunDir, trial_dir: Path, entry: PlanEntry, notes: list[str]) -> Tr
     view = TrialView(name=trial_dir.name, dir=trial_dir, index=entry.index, variant=entry.variant, kind=entry.kind,
                      repetition=entry.repetition or 0, status="not run")
     rel = f"{trial_dir.relative_to(rd.path).as_posix()}/trial.json" if inside(rd.path, trial_dir) else ""
-    if rel in rd.damaged:
-        view.status, view.error = "unreadable", f"trial.json {rd.damaged[rel]}"
-        notes.append(f"{view.name}/trial.json {rd.damaged[rel]}.")
+    if (problem := rd.problem(rel)) is not None:
+        view.status, view.error = "unreadable", f"trial.json could not be read ({problem})"
+        notes.append(f"{view.name}/trial.json could not be read ({problem}).")
         return view
     trial = next((t for t in rd.trials if t.dir == trial_dir), None)
     if trial is None:
@@ -239,10 +239,10 @@ def _file_notes(rd: RunDir) -> list[str]:
     notes = []
     for name, without in WITHOUT.items():
         without = without.format(run_dir=rd.path)
-        if name in rd.damaged:
-            notes.append(f"{name} {rd.damaged[name]}: {without}.")
-        elif not (rd.path / name).exists():
+        if not (rd.path / name).exists():
             notes.append(f"{name} is missing: {without}.")
+        elif (problem := rd.problem(name)) is not None:
+            notes.append(f"{name} could not be read ({problem}): {without}.")
     for trial_name, message in rd.analysis_errors.items():
         notes.append(f"The trace analysis of {trial_name} failed: {message}.")
     return notes
@@ -281,8 +281,9 @@ def _launches(rd: RunDir, notes: list[str]) -> list[dict[str, Any]]:
             continue
         record = rd.launches.get(entry.dir)
         if record is None:
-            problem = rd.damaged.get(f"{entry.dir}/launch.json", "is missing")
-            notes.append(f"{entry.dir}/launch.json {problem}: launch {entry.dir} is not described.")
+            problem = rd.problem(f"{entry.dir}/launch.json")
+            said = f"could not be read ({problem})" if problem is not None else "is missing"
+            notes.append(f"{entry.dir}/launch.json {said}: launch {entry.dir} is not described.")
         launch = {**entry.model_dump(mode="json"), **(record.model_dump(mode="json") if record else {})}
         log = where / "server.log"
         launch["server_log"] = log if log.is_file() and inside(where, log) else None

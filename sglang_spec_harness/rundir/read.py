@@ -219,7 +219,8 @@ class RunDir:
     launches: dict[str, LaunchRecord] = field(default_factory=dict)  # run.json launch dir -> launch.json
     analysis_errors: dict[str, str] = field(default_factory=dict)  # trial -> why its analysis failed
     scenario_data: dict[str, Any] = field(default_factory=dict)  # the stored scenario as YAML data, migrated
-    damaged: dict[str, str] = field(default_factory=dict)  # file (relative) -> what is wrong with it
+    # file (relative) -> what is wrong with it, one line naming it: `results.json:3: not valid JSON (...)`
+    damaged: dict[str, str] = field(default_factory=dict)
     _scenario: Scenario | None = field(default=None, repr=False)
     _scenario_error: HarnessInputError | None = field(default=None, repr=False)
 
@@ -233,8 +234,13 @@ class RunDir:
 
     @property
     def notes(self) -> list[str]:
-        """One sentence per damaged file."""
-        return [f"{name} {problem}." for name, problem in self.damaged.items()]
+        """One line per damaged file."""
+        return list(self.damaged.values())
+
+    def problem(self, name: str) -> str | None:
+        """What is wrong with a damaged file, without its name (`not valid JSON (...)`); None if it is not."""
+        line = self.damaged.get(name)
+        return line.removeprefix(name).lstrip(":0123456789 ") if line is not None else None
 
     @property
     def complete(self) -> bool:
@@ -284,10 +290,10 @@ class _Loader:
     damaged: dict[str, str] = field(default_factory=dict)
 
     def damage(self, name: str, exc: HarnessInputError, *, always_lenient: bool = False) -> None:
+        """Noted as the error's one line with the file named relative to the run directory."""
         if self.strict and not always_lenient:
             raise exc
-        problem = str(exc).removeprefix(str(self.path / name)).lstrip(":0123456789 ")
-        self.damaged[name] = f"could not be read ({problem})"
+        self.damaged[name] = name + str(exc).removeprefix(str(self.path / name))
 
     def record(self, name: str, model: type[Model], *, always_lenient: bool = False) -> Model | None:
         """The record at `name` (relative), migrated and validated; None when it is absent or damaged."""
@@ -347,7 +353,7 @@ def _read_run(loader: _Loader) -> tuple[RunRecord, int]:
         if run_path.exists():
             loader.damage("run.json", exc)
         else:
-            loader.damaged["run.json"] = "is missing"
+            loader.damaged["run.json"] = "run.json: missing"
         return RunRecord(plan=[]), SCHEMA_VERSION
 
 
@@ -374,7 +380,7 @@ def _read_scenario(
         if stored.is_file():
             loader.damage("scenario.yaml", exc)
         else:
-            loader.damaged["scenario.yaml"] = "is missing"
+            loader.damaged["scenario.yaml"] = "scenario.yaml: missing"
         return None, exc, data
     try:
         if not is_whole(stored):
