@@ -215,30 +215,27 @@ def test_newer_fields_are_tolerated_and_the_run_mode_is_kept(real_run, tmp_path)
     assert record.key == original.key and record.fingerprint != original.fingerprint  # the same run, changed
 
 
-def test_values_of_unexpected_types_in_a_runs_files_do_not_stop_the_extraction(real_run, tmp_path):
-    """A hand-edited or foreign run's JSON can hold any type where an object or a list belongs: the
-    record is still made (read_run never raises for a damaged run), damaged where results.json is."""
-    copy = tmp_path / real_run.name
-    shutil.copytree(real_run, copy)
-    env = json.loads((copy / "environment.json").read_text())
-    env.update(gpus=2, harness="0.1", variants=["baseline", "candidate"])
-    (copy / "environment.json").write_text(json.dumps(env))
-    timed = sorted((copy / "trials").glob("*-timed"))[0] / "trial.json"
-    trial = json.loads(timed.read_text())
-    trial["summary"] = ["not", "an", "object"]
-    timed.write_text(json.dumps(trial))
-    record = read_run(copy)
-    assert record.status == "complete" and record.harness_version is None
-    assert record.hardware == read_run(real_run).hardware  # no GPUs listed: the CPU, as before
-    assert not [s for s in record.samples if s["trial"] == timed.parent.name and s["metric"] == "throughput_tok_s"]
-
-    results = json.loads((copy / "results.json").read_text())
-    for change, reason in (({"rules": 5}, "results.json: rules: expected a list"),
-                           ({"variants": {**results["variants"], "candidate": {"timed_trials": 3}}},
-                            "results.json: variants.candidate.timed_trials: expected a list")):
-        (copy / "results.json").write_text(json.dumps({**results, **change}))
+def test_values_of_unexpected_types_in_a_runs_files_damage_it_with_one_line(real_run, tmp_path):
+    """A hand-edited or foreign run's JSON can hold any type where an object or a list belongs:
+    read_run never raises, and the run is damaged with the file and field named, as `harness check`
+    names them (one reader, sglang_spec_harness.rundir.load_run_dir)."""
+    timed = sorted((real_run / "trials").glob("*-timed"))[0]
+    results = json.loads((real_run / "results.json").read_text())
+    for case, (name, change, reason) in enumerate((
+        ("environment.json", {"gpus": 2}, "environment.json: gpus: Input should be a valid list"),
+        ("environment.json", {"harness": "0.1"}, "environment.json: harness: Input should be a valid dictionary"),
+        (f"trials/{timed.name}/trial.json", {"summary": ["not", "an", "object"]},
+         f"trials/{timed.name}/trial.json: summary: Input should be a valid dictionary or instance of TrialSummary"),
+        ("results.json", {"rules": 5}, "results.json: rules: Input should be a valid list"),
+        ("results.json", {"variants": {**results["variants"], "candidate": {"timed_trials": 3}}},
+         "results.json: variants.candidate.timed_trials: expected a list"),
+    )):
+        copy = tmp_path / str(case) / real_run.name
+        shutil.copytree(real_run, copy)
+        (copy / name).write_text(json.dumps({**json.loads((copy / name).read_text()), **change}))
         record = read_run(copy)
         assert (record.status, record.reason) == ("damaged", reason)
+        assert not record.samples and not record.rules and not record.kernel_counts
 
 
 # ---- series, change points and the gate, through the command line ------------------------------
