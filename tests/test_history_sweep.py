@@ -423,20 +423,26 @@ def test_a_runs_sweep_point_and_op_tables_are_read_as_hostile_data(tmp_path):
     record = read_run(run)
     assert record.status == "damaged" and record.reason.startswith("run.json: sweep.position: ")
     assert not record.op_counts and not record.region_times
-    # a newer harness's fields are ignored, not damage
+    # a field run.json's model does not know is kept, not damage
     (run / "run.json").write_text(json.dumps({**info, "sweep": {**point, "position": 0, "newer": 1}}))
+    record = read_run(run)
+    assert record.status == "complete" and (record.sweep, record.sweep_label, record.sweep_position) == ("s", "0.5.1", 0)
+    assert record.op_counts and record.region_times and record.run_json["sweep"]["newer"] == 1
+    # the analysis document's models are closed: an unknown field is damage there, as for `harness check`
     analysis = json.loads((run / "analysis.json").read_text())
     trial, facts = next(iter(analysis["trials"].items()))
     facts["files"][0]["op_tables"][0]["newer"] = [1]
     (run / "analysis.json").write_text(json.dumps(analysis))
     record = read_run(run)
-    assert record.status == "complete" and (record.sweep, record.sweep_label, record.sweep_position) == ("s", "0.5.1", 0)
-    assert record.op_counts and record.region_times
+    assert (record.status, record.reason) == (
+        "damaged", f"analysis.json: trials.{trial}.files.0.op_tables.0.newer: Extra inputs are not permitted")
+    del facts["files"][0]["op_tables"][0]["newer"]
     facts["files"][0]["op_tables"][0]["total"] = []  # a column cut short
     (run / "analysis.json").write_text(json.dumps(analysis))
     record = read_run(run)
     assert record.status == "damaged"
-    assert record.reason.startswith(f"analysis.json: trials.{trial}.files[0].op_tables[0]: ")
+    assert record.reason.startswith(f"analysis.json: trials.{trial}.files.0.op_tables.0: ")
+    assert not record.op_counts and not record.region_times
 
 
 def test_a_change_between_runs_without_op_counts_says_so(tmp_path):
