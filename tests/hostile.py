@@ -541,7 +541,7 @@ def rundir_case(draw: Callable, root: Path, bases: list[Path]) -> Case:
         target = draw(st.sampled_from([run_dir / "run.json", run_dir / "analysis.json"]))
         label = f"{form}:{target.name}"
         doc = json.loads(target.read_text())
-        doc["schema_version"] = draw(st.sampled_from([0, 2, 99, "1", None, True, 1.5, [1]]))
+        doc["schema_version"] = draw(st.sampled_from([0, 3, 99, "1", None, True, 1.5, [1]]))
         target.write_text(json.dumps(doc))
     elif form == "delete-trial":
         trials = sorted((run_dir / "trials").iterdir())

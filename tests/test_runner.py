@@ -28,6 +28,7 @@ from sglang_spec_harness.run.server import live_server_pids
 from sglang_spec_harness.rundir import (
     AnalysisRecord,
     EnvironmentRecord,
+    SCHEMA_VERSION,
     LaunchRecord,
     RunRecord,
     TrialRecord,
@@ -168,7 +169,7 @@ def test_full_run_outputs_are_identical_across_variants_per_request(full_run):
 def test_full_run_traces_and_analysis(full_run):
     run_dir = full_run.run_dir
     analysis = read_json(run_dir / "analysis.json")
-    assert analysis["schema_version"] == 1 and "errors" not in analysis
+    assert analysis["schema_version"] == SCHEMA_VERSION and "errors" not in analysis
     assert sorted(analysis["trials"]) == ["00-baseline-profiled", "01-candidate-profiled"]
     for name in analysis["trials"]:
         trial = read_json(run_dir / "trials" / name / "trial.json")
