@@ -324,7 +324,7 @@ def load_run_dir(path: str | Path, *, strict: bool = True, scenario_path: str | 
     loader = _Loader(path, strict)
     run, version = _read_run(loader)
     scenario, error, data = _read_scenario(loader, version, scenario_path)
-    trials = _read_trials(loader)
+    trials = _read_trials(loader, run)
     analysis = loader.record("analysis.json", AnalysisRecord) or AnalysisRecord()
     launches: dict[str, LaunchRecord] = {}
     for entry in run.launches:
@@ -396,12 +396,21 @@ def _read_scenario(
     return scenario, None, data
 
 
-def _read_trials(loader: _Loader) -> list[Trial]:
-    trials: list[Trial] = []
+def _read_trials(loader: _Loader, run: RunRecord) -> list[Trial]:
+    """Every trial.json on disk: where the plan puts each trial (inside the run directory), and any
+    other directory under trials/."""
+    names = [f"{entry.dir}/trial.json" for entry in run.plan if entry.dir]
     trials_dir = loader.path / "trials"
-    for trial_json in sorted(trials_dir.glob("*/trial.json")) if trials_dir.is_dir() else []:
-        name = trial_json.relative_to(loader.path).as_posix()
+    names += [p.relative_to(loader.path).as_posix() for p in sorted(trials_dir.glob("*/trial.json"))] \
+        if trials_dir.is_dir() else []
+    trials: list[Trial] = []
+    seen: set[Path] = set()
+    for name in names:
+        path = loader.path / name
+        if path in seen or not inside(loader.path, path.parent) or path.parent.resolve() == loader.path.resolve():
+            continue  # outside the run directory: a planned trial without a record
+        seen.add(path)
         if (record := loader.record(name, TrialRecord)) is not None:
-            trials.append(Trial(dir=trial_json.parent, record=record))
+            trials.append(Trial(dir=path.parent, record=record))
     trials.sort(key=lambda t: t.record.index)
     return trials
