@@ -57,7 +57,7 @@ def test_aa_mode_runs_the_baseline_configuration_in_both_arms():
     plan = plan_trials(scenario(repetitions=2, profiled=1, order="abba"), aa=True)
     assert {t.variant for t in plan} == {"baseline", "candidate"}
     assert {t.config for t in plan} == {"baseline"}
-    assert plan[1].to_json_dict()["dir"] == "trials/01-candidate-profiled"
+    assert plan[1].entry().dir == "trials/01-candidate-profiled"
 
 
 def test_default_order_is_random_with_a_fresh_seed_per_run():

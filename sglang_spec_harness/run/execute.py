@@ -50,7 +50,7 @@ from sglang_spec_harness.rundir import (
     now,
     write_record,
 )
-from sglang_spec_harness.rundir.models import LaunchEntry, LookRecord, PlanEntry
+from sglang_spec_harness.rundir.models import LookRecord
 from sglang_spec_harness.scenario import Scenario, scenario_to_yaml
 
 DEFAULT_OUT_ROOT = Path("reports/runs")
@@ -182,13 +182,6 @@ def run_scenario(
     return result
 
 
-def _plan_fields(plan: Plan) -> dict:
-    """run.json's plan fields, validated as the record holds them."""
-    fields = plan.to_json_dict()
-    return {"mode": fields["mode"], "plan": [PlanEntry.model_validate(t) for t in fields["plan"]],
-            "launches": [LaunchEntry.model_validate(launch) for launch in fields["launches"]]}
-
-
 class _Run:
     """The state of one run while it goes: run.json, the analysis, the warm launches."""
 
@@ -226,7 +219,7 @@ class _Run:
         write_text_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
         self.run_json = RecordFile(run_dir / "run.json", RunRecord(
             schema_version=SCHEMA_VERSION, scenario=scenario.name, aa=self.aa, status="running", error=None,
-            started=now(), finished=None, **plan.to_json_dict(), trials_done=0,
+            started=now(), finished=None, **plan.record_fields(), trials_done=0,
         ))
         self.reserve = Reserve(run_dir)
         if self.given_run_dir is None:
@@ -313,12 +306,12 @@ class _Run:
         self.stage_started = time.monotonic()
         if not nxt.stop and position == len(trials) - 1:
             extend(plan, scenario, aa=self.aa, rounds=nxt.rounds, launches_per_arm=nxt.launches_per_arm)
-        self.run_json.update(looks=list(self.looks), **_plan_fields(plan))
+        self.run_json.update(looks=list(self.looks), **plan.record_fields())
         if nxt.stop and position < len(trials) - 1:
             del plan.trials[position + 1:]  # the rounds planned with the first stage never run
             used = {t.launch for t in plan.trials}
             plan.launches[:] = [launch for launch in plan.launches if launch.index in used]
-            self.run_json.update(**_plan_fields(plan))
+            self.run_json.update(**plan.record_fields())
         return not nxt.stop
 
     def _analyze(self, trial: Trial, outcome: TrialOutcome) -> None:

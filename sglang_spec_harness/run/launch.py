@@ -247,7 +247,7 @@ class Launches:
         except OSError as exc:
             raise write_failed(directory, exc) from None
         launch_json = RecordFile(directory / "launch.json",
-                                 LaunchRecord(**launch.to_json_dict(), status="planned", error=None))
+                                 LaunchRecord(**launch.model_dump(), status="planned", error=None))
         server = ServerLaunch(self.scenario, self.scenario_dir, launch.config, directory, host=self.host,
                               port=None if self.port is None else self.port + launch.index,
                               nsys=False, launch_json=launch_json, clock0=self.clock0)

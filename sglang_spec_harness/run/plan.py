@@ -49,65 +49,73 @@ from __future__ import annotations
 import random
 import secrets
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ConfigDict, Field, model_validator
+
 from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.rundir.models import LaunchEntry, PlanEntry
 from sglang_spec_harness.scenario import Scenario
 
 TrialKind = Literal["timed", "profiled"]
 AA_ARMS = ("baseline", "candidate")
 
 
-@dataclass(frozen=True)
-class Launch:
-    """One server launch of the warm modes: arm x launch number."""
+class Launch(LaunchEntry):
+    """One server launch of the warm modes: arm x launch number, as run.json's `launches` lists it
+    (the record's model, narrowed: every field set, the directory named from the others)."""
 
-    index: int  # position among the run's launches, in the order they start
-    arm: str
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     config: str  # the scenario variant whose server configuration runs
     number: int  # 0-based per arm
+    dir: str = ""  # launches/<NN>-<arm>-launch<k> (server.log, launch.json), relative to the run directory
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("dir"):
+            data = {**data, "dir": f"launches/{data['index']:02d}-{data['arm']}-launch{data['number']}"}
+        return data
 
     @property
     def dir_name(self) -> str:
-        return f"{self.index:02d}-{self.arm}-launch{self.number}"
+        return self.dir.removeprefix("launches/")
 
-    @property
-    def dir(self) -> str:
-        """The launch directory (server.log, launch.json) relative to the run directory."""
-        return f"launches/{self.dir_name}"
-
-    def to_json_dict(self) -> dict:
-        d = asdict(self)
-        d["dir"] = self.dir
-        return d
+    def entry(self) -> LaunchEntry:
+        """As run.json holds it (every field written)."""
+        return LaunchEntry.model_validate(self.model_dump())
 
 
-@dataclass(frozen=True)
-class Trial:
-    index: int  # position in the run, 0-based
-    variant: str  # the arm's name, as results and checks see it
+class Trial(PlanEntry):
+    """One planned trial, as run.json's `plan` lists it (the record's model, narrowed: every field set,
+    the directory named from the others)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     kind: TrialKind
     repetition: int  # 0-based, per arm and kind (the round, for the blocks of the warm modes)
     config: str  # the scenario variant whose server configuration runs (differs from `variant` in A/A)
-    launch: int | None = None  # index of the Launch that serves it; None: a launch of its own (restart)
     first_prompt: int = 0  # index of its first measured prompt in the workload
-    digits: int = 2  # width of the index in the directory name
+    digits: int = Field(2, exclude=True)  # width of the index in the directory name
+    dir: str = ""  # trials/<NN>-<variant>-<kind>, relative to the run directory
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("dir"):
+            width = data.get("digits", 2)
+            data = {**data, "dir": f"trials/{data['index']:0{width}d}-{data['variant']}-{data['kind']}"}
+        return data
 
     @property
     def dir_name(self) -> str:
-        return f"{self.index:0{self.digits}d}-{self.variant}-{self.kind}"
+        return self.dir.removeprefix("trials/")
 
-    @property
-    def dir(self) -> str:
-        """The trial directory relative to the run directory."""
-        return f"trials/{self.dir_name}"
-
-    def to_json_dict(self) -> dict:
-        d = asdict(self)
-        del d["digits"]
-        d["dir"] = self.dir
-        return d
+    def entry(self) -> PlanEntry:
+        """As run.json holds it (every field written)."""
+        return PlanEntry.model_validate(self.model_dump())
 
 
 @dataclass(frozen=True)
@@ -129,9 +137,10 @@ class Plan:
         """Launch index -> position in `trials` of the last trial it serves."""
         return {t.launch: i for i, t in enumerate(self.trials) if t.launch is not None}
 
-    def to_json_dict(self) -> dict:
-        return {"mode": self.mode, "plan": [t.to_json_dict() for t in self.trials],
-                "launches": [launch.to_json_dict() for launch in self.launches]}
+    def record_fields(self) -> dict[str, Any]:
+        """run.json's plan fields: `mode`, `plan`, `launches`."""
+        return {"mode": self.mode, "plan": [t.entry() for t in self.trials],
+                "launches": [launch.entry() for launch in self.launches]}
 
 
 def arms(scenario: Scenario, *, aa: bool = False) -> dict[str, str]:
