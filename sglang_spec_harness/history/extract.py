@@ -84,10 +84,6 @@ class RunRow:
     region_times: list[dict[str, Any]] = field(default_factory=list)
 
 
-def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and any((path / name).exists() for name in ("run.json", "results.json", "trials"))
-
-
 def to_utc(stamp: Any) -> str | None:
     """ISO 8601 in UTC (`2026-01-01T10:00:00+00:00`), so that runners in other time zones sort right."""
     if not isinstance(stamp, str) or not stamp:

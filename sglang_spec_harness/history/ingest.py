@@ -21,7 +21,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.history import db
-from sglang_spec_harness.history.extract import RunRow, is_run_dir, read_run
+from sglang_spec_harness.history.extract import RunRow, read_run
+from sglang_spec_harness.rundir import is_run_dir
 
 RETRIES = 8
 

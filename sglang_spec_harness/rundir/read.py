@@ -281,6 +281,11 @@ class RunDir:
 RUN_MARKERS = ("run.json", "results.json", "trials")
 
 
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` looks like a run directory (what the lenient readers accept)."""
+    return path.is_dir() and any((path / marker).exists() for marker in RUN_MARKERS)
+
+
 @dataclass
 class _Loader:
     """Reads one run directory's files; strict: the first damage raises, lenient: it is noted."""
@@ -317,7 +322,7 @@ def load_run_dir(path: str | Path, *, strict: bool = True, scenario_path: str | 
     path = Path(path)
     if not path.is_dir():
         raise HarnessInputError(f"{path}: not a run directory (no such directory)")
-    if not strict and not any((path / marker).exists() for marker in RUN_MARKERS):
+    if not strict and not is_run_dir(path):
         raise HarnessInputError(
             f"{path}: not a run directory (expected run.json, results.json or trials/ written by `harness run`)"
         )
