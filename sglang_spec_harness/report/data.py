@@ -70,6 +70,7 @@ class TrialView:
     def number(self, key: str) -> float | None:
         return plottable(self.summary.get(key))
 
+
 @dataclass
 class VariantInfo:
     name: str
@@ -135,7 +136,7 @@ class ReportData:
     def relative(self, path: Path) -> str:
         """A path as a link relative to the run directory (where index.html lives). Always `./...`:
         a file or directory named `javascript:...` must stay a file name, never become a URL scheme.
-        Only paths inside the run directory are ever linked (see `_trial_record`)."""
+        Only paths inside the run directory are ever linked (see `_view`)."""
         try:
             return "./" + path.relative_to(self.run_dir).as_posix()
         except ValueError:

@@ -1,9 +1,12 @@
-"""Reading a run directory back from disk (see docs/internals.md, "The run directory").
+"""Reading a run directory back from disk: the one reader (docs/internals.md, "The run directory").
 
-The checks and `harness compare` work from these files alone, so that thresholds can change without
-rerunning anything. The files are data another machine wrote: read as hostile. Each record is checked
-against its model (sglang_spec_harness.rundir.models), so that a damaged file is one clear line naming the file
-and field, never a traceback later.
+The checks, `harness compare`, the report and the history all work from these files alone (so that
+thresholds can change without rerunning anything), and all through `load_run_dir`: strict for the
+checks (a damaged file is bad input), lenient for the report and the history (a damaged file is
+noted, the rest is read). The files are data another machine wrote: read as hostile. Each record is
+migrated from its schema version (rundir/migrations.py) and checked against its model
+(sglang_spec_harness.rundir.models), under one size cap, so that a damaged file is one clear line
+naming the file and field, never a traceback later.
 """
 
 from __future__ import annotations
@@ -101,13 +104,13 @@ def read_json(path: Path) -> Any:
         raise HarnessInputError(f"{path}: not valid JSON ({exc})") from None
 
 
-def validated(path: Path, model: type[Model], data: Any, where: str = "") -> Model:
+def validated(path: Path, model: type[Model], data: Any) -> Model:
     """`data` checked against `model`: the first problem as `FILE: field: message`."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
-        loc = ".".join(str(p) for p in (*([where] if where else []), *err["loc"])) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise HarnessInputError(f"{path}: {loc}: {err['msg']}{more}") from None
 
