@@ -109,11 +109,14 @@ def test_a_run_from_before_the_warm_modes_reads_as_restart(tmp_path):
 
 
 def test_the_migration_to_2_renames_patch_modules_and_fills_the_mode():
+    # version 1 covers 0.1.0 (`harness.*`) and the renamed package before version 2 (already current names)
     scenario = {"variants": {"baseline": {"patches": ["harness.patches.x", "mine.patch", "harness", 3]},
-                             "candidate": {"patches": ["harness.sglang_cpu.shims"]}, "other": None}}
+                             "candidate": {"patches": ["harness.sglang_cpu.shims", "sglang_spec_harness.patches.y"]},
+                             "other": None}}
     assert migrate("scenario.yaml", scenario, 1) == {
         "variants": {"baseline": {"patches": ["sglang_spec_harness.patches.x", "mine.patch", "harness", 3]},
-                     "candidate": {"patches": ["sglang_spec_harness.sglang_cpu.shims"]}, "other": None}}
+                     "candidate": {"patches": ["sglang_spec_harness.sglang_cpu.shims", "sglang_spec_harness.patches.y"]},
+                     "other": None}}
     assert scenario["variants"]["baseline"]["patches"][0] == "harness.patches.x"  # the caller's data is left alone
     assert migrate("run.json", {"schema_version": 1, "plan": []}, 1) == {
         "schema_version": 2, "plan": [], "mode": "restart"}
