@@ -97,19 +97,29 @@ def to_utc(stamp: Any) -> str | None:
     return parsed.astimezone(UTC).isoformat(timespec="seconds")
 
 
+def _hash_file(digest: Any, path: Path) -> None:
+    """A file's bytes into `digest` in chunks: a file past the readers' size cap is damage, not memory."""
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+
+
 def _fingerprint(run_dir: Path) -> str:
     """Changes when any file the history reads changes (a re-check, a finished run)."""
     digest = hashlib.sha256()
     for name in RUN_FILES:
         path = run_dir / name
         digest.update(name.encode())
-        digest.update(path.read_bytes() if path.is_file() else b"<absent>")
+        if path.is_file():
+            _hash_file(digest, path)
+        else:
+            digest.update(b"<absent>")
     trials = run_dir / "trials"
     for trial_json in sorted(trials.glob("*/trial.json")) if trials.is_dir() else []:
         digest.update(trial_json.parent.name.encode())
-        digest.update(trial_json.read_bytes())
+        _hash_file(digest, trial_json)
         if trial_json.parent.name.endswith("-profiled") and (requests := trial_json.parent / "requests.jsonl").is_file():
-            digest.update(requests.read_bytes())  # the output hash is read from them
+            _hash_file(digest, requests)  # the output hash is read from them
     return digest.hexdigest()[:32]
 
 
