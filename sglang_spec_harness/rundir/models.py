@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WrapValidator
 from pydantic.dataclasses import dataclass
 
-from sglang_spec_harness.traces.schema import FileAnalysis
+from sglang_spec_harness.traces.schema import TraceAnalysis
 from sglang_spec_harness.verdict.verdicts import Verdict
 
 # The version of the run directory's versioned records (run.json, analysis.json, environment.json,
@@ -229,15 +229,9 @@ class RequestRow(_Record):
 # ---- analysis.json ---------------------------------------------------------------------------------
 
 
-class TrialAnalysis(_Record):
-    """analysis.json `trials.<trial>`: the trace analysis of one profiled trial (the document of
-    sglang_spec_harness.traces.TraceAnalysis). The checks read its per-file facts; the rest is kept as written."""
-
-    schema_version: Any = None
-    patterns: Any = None
-    region_table: Any = None
-    files: list[FileAnalysis] = Field(default_factory=list)  # one per trace file (TP rank)
-    combined: Any = None
+# analysis.json `trials.<trial>`: the trace analysis of one profiled trial, the same record that
+# `sglang_spec_harness.traces.analyze_traces` returns and `harness analyze --json` prints.
+TrialAnalysis = TraceAnalysis
 
 
 class AnalysisRecord(_Record):
