@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         return _rerun(args)
     if not args.traces:
-        raise HarnessInputError("harness analyze: give TRACE files, or --run-dir RUN")
+        raise HarnessInputError("TRACE: none given (give trace files, or --run-dir RUN)")
     patterns = [parse_assignment(text, flag="--count") for text in args.count] or None
     rules = [parse_assignment(text, flag="--region") for text in args.region]
     analysis = analyze_traces(
