@@ -53,7 +53,7 @@ def _units_and_work(attribution: Attribution) -> tuple[bool, pd.DataFrame, pd.Da
     """Whether the trace recorded kernels; the region instances in time order (region, start, end,
     pid, tid, span); the work (kernels, or CPU ops): name, region, ts, dur, lane."""
     gpu_ops = attribution.gpu_ops
-    kernels = gpu_ops[gpu_ops["kind"].astype(str) == "kernel"] if len(gpu_ops) else gpu_ops
+    kernels = gpu_ops[gpu_ops["kind"] == "kernel"] if len(gpu_ops) else gpu_ops
     on_gpu = len(kernels) > 0
     if on_gpu:
         launches = attribution.launches
@@ -67,7 +67,7 @@ def _units_and_work(attribution: Attribution) -> tuple[bool, pd.DataFrame, pd.Da
             "span": launches["span"].to_numpy(),
         })
         work = pd.DataFrame({
-            "name": kernels["name"].astype(str).to_numpy(),
+            "name": kernels["name"].to_numpy(dtype=object),  # categories of str: no per-row conversion
             "region": kernels["region"].astype(str).to_numpy(),
             "ts": kernels["ts"].to_numpy(dtype=float),
             "dur": kernels["dur"].to_numpy(dtype=float),
@@ -86,7 +86,7 @@ def _units_and_work(attribution: Attribution) -> tuple[bool, pd.DataFrame, pd.Da
         })
         ops = attribution.cpu_ops
         work = pd.DataFrame({
-            "name": ops["name"].astype(str).to_numpy(),
+            "name": ops["name"].to_numpy(dtype=object),
             "region": ops["region"].astype(str).to_numpy(),
             "ts": ops["ts"].to_numpy(dtype=float),
             "dur": ops["dur"].to_numpy(dtype=float),
