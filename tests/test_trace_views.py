@@ -24,7 +24,7 @@ from sglang_spec_harness.commands.cli import main as harness_main
 from sglang_spec_harness.report import analysis_view as av
 from sglang_spec_harness.report import build_report
 from sglang_spec_harness.report.data import load_report_data
-from sglang_spec_harness.rundir import load_run_dir
+from sglang_spec_harness.rundir import AnalysisRecord, load_run_dir, read_record, record_json
 from sglang_spec_harness.traces.views import MAX_TIMELINE_OPS, MAX_TIMELINE_UNITS, TOP_OPS
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -74,6 +74,8 @@ def test_a_run_of_the_previous_release_opens_with_one_note(extracted, capsys):
     assert sorted(stored.analysis) == PROFILED_V010
     assert all(a.views is None for a in stored.analysis.values())
     assert stored.analysis["01-baseline-profiled"].count("DRAFT_DECODE", "softmax", "span").total == 10
+    # read and written again as it was (what sglang_spec_harness.run.combine does to an adopted run's)
+    assert record_json(read_record(run / "analysis.json", AnalysisRecord)) == (run / "analysis.json").read_text()
 
     region_time, top, timeline, notes = _drawn(run)
     assert region_time == ({}, "CPU µs") and top == [{}, "CPU ops"] and timeline == [{}, "CPU ops"]
