@@ -176,7 +176,7 @@ def analysis_warnings(data: ReportData) -> list[str]:
 # ---- the trace views (analysis.json `views`) -----------------------------------------------------
 
 
-def trace_views(data: ReportData) -> dict[str, tuple[str, TraceViews]]:
+def views_by_variant(data: ReportData) -> dict[str, tuple[str, TraceViews]]:
     """Variant -> (trial, views) of its first analysed profiled trial. An analysis without views
     (written before them) adds one note for all variants."""
     cache_key = "trace_views"
@@ -215,7 +215,7 @@ def unit_label(views: dict[str, tuple[str, TraceViews]]) -> str:
 def region_time_per_cycle(data: ReportData) -> tuple[dict[str, dict[str, float]], str]:
     """Variant -> region -> µs per cycle: GPU kernel time on a GPU trace, wall time of the region
     spans on a CPU trace (ops nest, so their times would count twice)."""
-    views = trace_views(data)
+    views = views_by_variant(data)
     out: dict[str, dict[str, float]] = {}
     for variant, (trial, view) in views.items():
         if view.cycles == 0:
@@ -254,7 +254,7 @@ def _per_name(found: tuple[str, TraceViews] | None) -> pd.DataFrame:
 def top_kernels(data: ReportData, n: int = TOP_N) -> tuple[dict[str, list[TopRow]], str]:
     """Region -> the top kernels (CPU ops) by time per cycle in either variant, with both values;
     names that match the main count pattern are always listed (they are what the run is about)."""
-    views = trace_views(data)
+    views = views_by_variant(data)
     pattern = re.compile(_patterns(data).get(main_pattern(data), main_pattern(data)))
     base, cand = views.get("baseline"), views.get("candidate")
     if base is None and cand is None:
@@ -283,7 +283,7 @@ def top_kernels(data: ReportData, n: int = TOP_N) -> tuple[dict[str, list[TopRow
 def cycle_timelines(data: ReportData, pattern: str) -> tuple[dict[str, list[TimelineBar]], str]:
     """Variant -> bars of one cycle from the middle of its profiled trace (regions, then kernels
     or CPU ops), times relative to the cycle's start."""
-    views = trace_views(data)
+    views = views_by_variant(data)
     regex = re.compile(_patterns(data).get(pattern, pattern))
     out: dict[str, list[TimelineBar]] = {}
     for variant, (trial, view) in views.items():

@@ -9,7 +9,7 @@ their times would count twice), and a cycle's ops by nesting depth on the verify
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -129,18 +129,20 @@ def _top_ops(work: pd.DataFrame, patterns: Sequence[NamedPattern]) -> list[OpTim
             for region, name, time, calls in zip(*(kept[c].tolist() for c in ("region", "name", "sum", "count")))]
 
 
-def _cycles(units: pd.DataFrame) -> Iterator[pd.DataFrame]:
-    """Cycles as slices of the units: a cycle starts at a DRAFT_DECODE that follows another
-    region (several draft steps stay in one cycle), or at a TARGET_VERIFY with no draft decode."""
+def _middle_cycle(units: pd.DataFrame) -> pd.DataFrame | None:
+    """The middle one of the complete cycles, as a slice of the units (cycle regions only). A cycle
+    starts at a DRAFT_DECODE that follows another region (several draft steps stay in one cycle),
+    or at a TARGET_VERIFY with no draft decode; it is complete when it holds a TARGET_VERIFY."""
     anchor = DRAFT_DECODE if (units["region"] == DRAFT_DECODE).any() else TARGET_VERIFY
     regions = units["region"].tolist()
     starts = [i for i, r in enumerate(regions) if r == anchor and (i == 0 or regions[i - 1] != anchor)]
-    for k, start in enumerate(starts):
-        end = starts[k + 1] if k + 1 < len(starts) else len(regions)
-        cycle = units.iloc[start:end]
-        cycle = cycle[cycle["region"].isin(CYCLE_REGIONS)]
-        if (cycle["region"] == TARGET_VERIFY).any():
-            yield cycle
+    complete = [(start, end) for start, end in zip(starts, [*starts[1:], len(regions)])
+                if TARGET_VERIFY in regions[start:end]]
+    if not complete:
+        return None
+    start, end = complete[len(complete) // 2]
+    cycle = units.iloc[start:end]
+    return cycle[cycle["region"].isin(CYCLE_REGIONS)]
 
 
 def _timeline(on_gpu: bool, units: pd.DataFrame, work: pd.DataFrame) -> list[CycleBar]:
@@ -152,10 +154,10 @@ def _timeline(on_gpu: bool, units: pd.DataFrame, work: pd.DataFrame) -> list[Cyc
         if len(verify):
             pid, tid = verify.iloc[0][["pid", "tid"]]
             units = units[(units["pid"] == pid) & (units["tid"] == tid)].reset_index(drop=True)
-    cycles = list(_cycles(units))
-    if not cycles:
+    cycle = _middle_cycle(units)
+    if cycle is None:
         return []
-    cycle = cycles[len(cycles) // 2].iloc[:MAX_TIMELINE_UNITS]
+    cycle = cycle.iloc[:MAX_TIMELINE_UNITS]
     t0, t1 = float(cycle["start"].min()), float(cycle["end"].max())
     # Columns as lists, not itertuples: a row of itertuples has no column types.
     bars = [CycleBar("regions", region, start - t0, end - start, region)
