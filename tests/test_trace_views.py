@@ -177,3 +177,27 @@ def test_analyze_run_dir_bad_input_is_one_line(extracted, tmp_path, capsys, args
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"harness analyze: {message.replace('NOWHERE', str(tmp_path / 'NOWHERE'))}"]
     assert (run / "analysis.json").read_bytes() == before
+
+
+def test_astronomical_views_draw_or_note(reanalysed, tmp_path):
+    """Views are read as hostile data too: numbers a figure cannot scale to become a note, and
+    a trial without a complete cycle or a target verify says so."""
+    run = Path(shutil.copytree(reanalysed["v010"], tmp_path / "run"))
+    analysis = json.loads((run / "analysis.json").read_text())
+    baseline, candidate = (analysis["trials"][name]["views"] for name in ("01-baseline-profiled", "00-candidate-profiled"))
+    baseline["region_time_us"]["DRAFT_DECODE"] = 1.7976931348623157e308
+    baseline["timeline"]["start_us"][0] = 1e308
+    candidate.update(cycles=0)
+    candidate["timeline"] = {column: [] for column in candidate["timeline"]}
+    (run / "analysis.json").write_text(json.dumps(analysis))
+    assert harness_main(["report", str(run)]) == 0
+    region_time, _top, timeline, notes = _drawn(run)
+    assert region_time == ({}, "CPU µs") and timeline == [{}, "CPU ops"]
+    assert notes == [
+        "01-baseline-profiled: a time per region in analysis.json is past what a figure can show: not drawn.",
+        "00-candidate-profiled: no TARGET_VERIFY in the trace, so no per-cycle times.",
+        "01-baseline-profiled: a time of the cycle in analysis.json is past what a figure can show: not drawn.",
+        "00-candidate-profiled: no complete decoding cycle found in the trace for the timeline.",
+    ]
+    page = (run / "index.html").read_text()
+    assert all(note in page for note in notes)

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ValidationError
 
-from sglang_spec_harness.report.data import ReportData, TrialRecord
+from sglang_spec_harness.report.data import ReportData, TrialRecord, plottable
 from sglang_spec_harness.report.figures import CountBar, TimelineBar
 from sglang_spec_harness.traces.schema import CountRow, FileAnalysis, TraceAnalysis, TraceViews
 
@@ -221,8 +221,11 @@ def region_time_per_cycle(data: ReportData) -> tuple[dict[str, dict[str, float]]
         if view.cycles == 0:
             data.notes.append(f"{trial}: no TARGET_VERIFY in the trace, so no per-cycle times.")
             continue
-        times = view.region_time_us
-        out[variant] = {r: times[r] / view.cycles for r in _sort_regions(list(times))}
+        times = {r: view.region_time_us[r] / view.cycles for r in _sort_regions(list(view.region_time_us))}
+        if any(plottable(t) is None for t in times.values()):
+            data.notes.append(f"{trial}: a time per region in analysis.json is past what a figure can show: not drawn.")
+            continue
+        out[variant] = times
     return out, "GPU kernel µs" if _on_gpu(views) else "CPU µs"
 
 
@@ -290,6 +293,9 @@ def cycle_timelines(data: ReportData, pattern: str) -> tuple[dict[str, list[Time
         bars = view.timeline_bars()
         if not bars:
             data.notes.append(f"{trial}: no complete decoding cycle found in the trace for the timeline.")
+            continue
+        if any(plottable(b.start_us) is None or plottable(b.dur_us) is None for b in bars):
+            data.notes.append(f"{trial}: a time of the cycle in analysis.json is past what a figure can show: not drawn.")
             continue
         out[variant] = [TimelineBar(b.lane, b.name, b.start_us, b.dur_us, b.region,
                                     b.lane != "regions" and bool(regex.search(b.name))) for b in bars]
