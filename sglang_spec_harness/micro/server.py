@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # the engine imports torch: loaded once the flags are known g
 
 logger = logging.getLogger("sglang_spec_harness.micro")
 
-EXIT_USAGE = 2
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 
 
