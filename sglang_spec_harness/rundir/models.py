@@ -295,11 +295,19 @@ class Precondition:
     detail: str = ""
 
 
+def _kind_required(schema: dict[str, Any]) -> None:
+    """Each kind's `kind` has its one value as a default (for the constructors), but a rule in a
+    file must name its kind: the reader picks the model by it."""
+    required = schema.setdefault("required", [])
+    if "kind" not in required:
+        required.insert(1, "kind")
+
+
 class RuleResultBase(BaseModel):
     """results.json `rules[]`: one rule's verdict, why, and the numbers behind it. One subclass per
     kind, whose `numbers` are that kind's model (sglang_spec_harness.rundir.rule_numbers)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_kind_required)
 
     name: str
     kind: str
