@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -19,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationError,
     WrapValidator,
     model_serializer,
     model_validator,
@@ -365,3 +367,16 @@ NUMBERS: tuple[type[Numbers], ...] = (
     KernelCountChangeNumbers,
 )
 NUMBERS_OF_KIND: dict[str, type[Numbers]] = {cls.KIND: cls for cls in NUMBERS}
+
+
+def numbers_of(rule: Mapping[str, Any]) -> Numbers | None:
+    """A rule's numbers (a results.json rule as plain data) as its kind's model, or None where they
+    do not read as one: the report shows a damaged rule without them, never refuses the run."""
+    kind, numbers = rule.get("kind"), rule.get("numbers")
+    model = NUMBERS_OF_KIND.get(kind) if isinstance(kind, str) else None
+    if model is None or not isinstance(numbers, dict):
+        return None
+    try:
+        return model.model_validate(numbers)
+    except ValidationError:
+        return None
