@@ -481,7 +481,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     assert len(analysis["trials"]) == 2
     results = evaluate_run(load_run_dir(run_dir))
     rules = {r.name: r for r in results.rules}
-    assert rules["same_outputs"].verdict == "PASS" and rules["same_outputs"].numbers["compared"] == 4 * NUM_REQUESTS
+    assert rules["same_outputs"].verdict == "PASS" and rules["same_outputs"].numbers.compared == 4 * NUM_REQUESTS
     assert rules["no_softmax"].verdict == "PASS"
     for pid in pids.values():
         assert process_gone(pid) and group_gone(pid)
