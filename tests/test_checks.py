@@ -10,7 +10,7 @@ import pytest
 from sglang_spec_harness.verdict.rules import evaluate_run, overall_verdict
 from sglang_spec_harness.commands.cli import main
 from sglang_spec_harness.rundir import load_run_dir
-from rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
+from support.rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
 
 rng = np.random.default_rng(7)
 
@@ -421,7 +421,7 @@ def test_eager_softmax_in_a_graph_region_fails_a_zero_rule(tmp_path):
     # The graph replays are clean, but the eager site after the draft-extend graph kept its softmax.
     base, cand = good_arms()
     facts = file_facts(softmax_per_replay=0)
-    from rundir_factory import count_row
+    from support.rundir_factory import count_row
     facts["counts"].append(count_row("DRAFT_DECODE", "span", "softmax", [1] * 10, time_us=400.0))
     cand.profile = [facts]
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))

@@ -10,7 +10,7 @@ import numpy as np
 from sglang_spec_harness.verdict import stats
 from sglang_spec_harness.verdict.rules import evaluate_run
 from sglang_spec_harness.rundir import load_run_dir
-from rundir_factory import Arm, file_facts, write_run_dir
+from support.rundir_factory import Arm, file_facts, write_run_dir
 
 
 def drifting(n: int, ratio: float, seed: int, *, drift: float = 0.4, cv: float = 0.03):

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from sglang_spec_harness.verdict.rules import check_run_dir
-from history_helpers import micro_sweep, series_run
+from support.history_helpers import micro_sweep, series_run
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "docs" / "schemas"

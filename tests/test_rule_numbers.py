@@ -25,7 +25,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
 )
 from sglang_spec_harness.verdict.compare import compare_runs
 from sglang_spec_harness.verdict.rules import check_run_dir, evaluate_run, write_results
-from history_helpers import series_run
+from support.history_helpers import series_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,7 +1,7 @@
 """Workload: prompts, the streaming client's records, and the per-trial summary.
 
 The client is tested against real HTTP servers: the micro engine (tests/test_runner.py) and, for a
-stream that breaks mid-response, the stand-in in tests/fake_servers/.
+stream that breaks mid-response, the stand-in in tests/support/fake_servers/.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sglang_spec_harness.run.server import ServerProcess, free_port
 from sglang_spec_harness.run.workload import Prompt, build_prompts, send_request, send_requests, summarize
 from sglang_spec_harness.rundir import RequestRow
 
-FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
+FAKE_SERVER = Path(__file__).parent / "support" / "fake_servers" / "fake_server.py"
 
 
 def test_synthetic_prompts_are_deterministic_and_independent_of_count(tmp_path):
