@@ -26,8 +26,8 @@ from pydantic import (
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import read_head
+from sglang_spec_harness.traces.schema import REGION_NAME, RegionRule
 
-REGION_NAME = r"^[A-Z][A-Z0-9_]*$"
 LEGACY_PACKAGE = "harness"  # the import name before the rename (it collides on the package registry)
 
 
@@ -306,13 +306,6 @@ class ProfileSpec(_Strict):
         300.0, gt=0, description="after the profiled requests, how long to wait for complete trace files on disk"
     )
     nsys: NsysSpec = Field(default_factory=NsysSpec)
-
-
-class RegionRule(_Strict):
-    name: str = Field(pattern=REGION_NAME)
-    regex: str
-
-    _v_regex = field_validator("regex")(classmethod(lambda cls, v: _check_regex(v)))
 
 
 class RegionsSpec(_Strict):

@@ -5,7 +5,8 @@ models that the harness itself reads them with (sglang_spec_harness.rundir.model
 
 A schema says what the harness's reader accepts (pydantic's validation mode): unknown fields are
 allowed (a newer harness may add some), and fields the models type as `Any` (results.json's
-free-form `numbers`, `params`, `variants`) are unconstrained there.
+free-form `params`, `variants`) are unconstrained there. results.json's rules are one schema per rule
+kind, chosen by `kind`, each with its kind's numbers.
 """
 
 from __future__ import annotations

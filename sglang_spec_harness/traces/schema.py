@@ -8,10 +8,11 @@ a `note`, never 0; validity facts and warnings say how far the counts can be tru
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,9 +29,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
+# A region's name: the harness's (DRAFT_DECODE), never an annotation's.
+REGION_NAME = r"^[A-Z][A-Z0-9_]*$"
+
+
+# One row of a region table: a region's name and the regex over trace annotations that maps to it
+# (a scenario's `regions.rules`, and analysis.json's `region_table`). No docstring: it would enter
+# both JSON Schemas.
 class RegionRule(_Model):
-    name: str
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=REGION_NAME)
     regex: str
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        return value
 
 
 class CountRow(_Model):
