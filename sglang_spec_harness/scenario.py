@@ -26,7 +26,7 @@ from pydantic import (
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import read_head
-from sglang_spec_harness.traces.schema import REGION_NAME, RegionRule
+from sglang_spec_harness.traces.schema import REGION_NAME, ScenarioRegionRule
 
 LEGACY_PACKAGE = "harness"  # the import name before the rename (it collides on the package registry)
 
@@ -312,7 +312,7 @@ class RegionsSpec(_Strict):
     """Overrides of the default SGLang region table (an ordered list, first match wins)."""
 
     replace: bool = Field(False, description="true: use only `rules`; false: put `rules` before the defaults")
-    rules: list[RegionRule] = Field(default_factory=list)
+    rules: list[ScenarioRegionRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _rules_when_replacing(self) -> RegionsSpec:

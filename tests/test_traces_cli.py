@@ -113,10 +113,6 @@ def test_bad_pattern_flags_exit_2(shared_traces, capsys):
     assert "--count 'broken=(': invalid regular expression" in capsys.readouterr().err
     assert main(["analyze", str(shared_traces / A100), "--region", "NOEQUALS"]) == EXIT_BAD_INPUT
     assert "--region 'NOEQUALS': expected NAME=REGEX" in capsys.readouterr().err
-    # a region table holds the names a scenario may give (traces.schema.RegionRule): one line, not a traceback
-    assert main(["analyze", str(shared_traces / A100), "--region", "draft=^draft$"]) == EXIT_BAD_INPUT
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        "region 'draft': a region name is upper case letters, digits and _, starting with a letter (e.g. DRAFT_DECODE)")
 
 
 def test_subprocess_bad_input_has_no_traceback(bad_inputs):

@@ -22,13 +22,11 @@ SGLang label schemes (see `reference/sglang.md`):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.traces.patterns import NamedPattern, named_pattern
-from sglang_spec_harness.traces.schema import REGION_NAME
 
 DRAFT_DECODE = "DRAFT_DECODE"
 DRAFT_EXTEND = "DRAFT_EXTEND"
@@ -84,11 +82,7 @@ class RegionTable:
 
     @classmethod
     def from_pairs(cls, pairs: Mapping[str, str] | Iterable[tuple[str, str]]) -> RegionTable:
-        items = list(pairs.items() if isinstance(pairs, Mapping) else pairs)
-        for name, _ in items:  # the names a region table (traces.schema.RegionRule) holds
-            if not isinstance(name, str) or not re.fullmatch(REGION_NAME, name):
-                raise HarnessInputError(f"region {name!r}: a region name is upper case letters, digits and _, "
-                                        "starting with a letter (e.g. DRAFT_DECODE)")
+        items = pairs.items() if isinstance(pairs, Mapping) else pairs
         return cls(tuple(named_pattern(n, r, where=f"region {n!r}") for n, r in items))
 
     def extended(self, first: Sequence[NamedPattern]) -> RegionTable:
