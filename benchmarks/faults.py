@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-import faultkit as fk  # noqa: E402
+from support import faultkit as fk  # noqa: E402
 
 MODES = ("restart", "interleaved", "sequential")
 CLASSES = ("kill_block", "kill_profile", "hang_stream", "startup_exit", "never_healthy", "port_taken",

@@ -5,7 +5,7 @@ input cost.
     .venv/bin/python benchmarks/fuzz_inputs.py [--examples 300] [--classes scenario,kineto,nsys,rundir]
                                                [--seed 0] [--timeout 120] [--json out.json]
 
-The inputs are tests/hostile.py's Hypothesis strategies (the same as tests/test_hostile_inputs.py,
+The inputs are tests/support/hostile.py's Hypothesis strategies (the same as tests/test_hostile_inputs.py,
 which runs a few per class in `make test`). Each command runs in a forked child of this process
 (the harness already imported, nothing shared back), so that a crash, a hang (killed after
 --timeout s) or a memory blow-up is one input's, and its wall time and peak RSS (ru_maxrss of the
@@ -13,7 +13,7 @@ child: it includes the ~150-250 MB of pages shared with this process, so it is a
 are measured. Trace-size limits are the defaults (see sglang_spec_harness/traces/readers.py).
 
 Exit status: 0 when no input produced a traceback, a hang, or an answer outside its allowed exit
-codes (see tests/hostile.py); 1 otherwise, after printing the first problems.
+codes (see tests/support/hostile.py); 1 otherwise, after printing the first problems.
 A script, not a test: counts are the point; the times depend on the machine.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import hostile  # noqa: E402
+from support import hostile  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

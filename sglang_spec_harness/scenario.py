@@ -26,8 +26,8 @@ from pydantic import (
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import read_head
+from sglang_spec_harness.traces.schema import REGION_NAME, ScenarioRegionRule
 
-REGION_NAME = r"^[A-Z][A-Z0-9_]*$"
 LEGACY_PACKAGE = "harness"  # the import name before the rename (it collides on the package registry)
 
 
@@ -308,18 +308,11 @@ class ProfileSpec(_Strict):
     nsys: NsysSpec = Field(default_factory=NsysSpec)
 
 
-class RegionRule(_Strict):
-    name: str = Field(pattern=REGION_NAME)
-    regex: str
-
-    _v_regex = field_validator("regex")(classmethod(lambda cls, v: _check_regex(v)))
-
-
 class RegionsSpec(_Strict):
     """Overrides of the default SGLang region table (an ordered list, first match wins)."""
 
     replace: bool = Field(False, description="true: use only `rules`; false: put `rules` before the defaults")
-    rules: list[RegionRule] = Field(default_factory=list)
+    rules: list[ScenarioRegionRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _rules_when_replacing(self) -> RegionsSpec:

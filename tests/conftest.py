@@ -41,7 +41,7 @@ def terminal_signals():
 def postgres():
     """A PostgreSQL server of the module's own (initdb + pg_ctl on loopback), stopped after it."""
     pytest.importorskip("psycopg", reason="the PostgreSQL driver is in the `postgres` and `test` extras")
-    from history_helpers import PostgresServer
+    from support.history_helpers import PostgresServer
 
     server = PostgresServer()
     yield server

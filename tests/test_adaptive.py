@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sglang_spec_harness.run.adaptive import launch_noise_dominates
+from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.run.plan import extend, make_plan, rotation
 from sglang_spec_harness.scenario import SCENARIO_END, TpotGainCheck, load_scenario
 from sglang_spec_harness.verdict import stats
@@ -92,7 +93,7 @@ def _run(rng, *, effect, sd_block, sd_launch, first=6, every=2, max_rounds=48, m
                                                         confidence=1 - alpha)
         if decision.verdict in (PASS, FAIL) or rounds >= max_rounds:
             return decision, rounds, per_arm
-        launch_bound = grow == "auto" and launch_noise_dominates(fit.to_dict(), rounds, per_arm)
+        launch_bound = grow == "auto" and launch_noise_dominates(NestedFitNumbers.model_validate(fit.to_dict()), rounds, per_arm)
         if per_arm < max_launches and (grow == "launches" or launch_bound):
             per_arm += 1
         stage = every
@@ -127,9 +128,9 @@ def test_no_effect_runs_to_the_budget_and_says_what_it_could_detect():
 
 
 def test_launch_noise_decides_what_a_stage_adds():
-    assert launch_noise_dominates({"sd_launch": 0.05, "sd_block": 0.02}, rounds=8, launches_per_arm=2)
-    assert not launch_noise_dominates({"sd_launch": 0.0, "sd_block": 0.05}, rounds=8, launches_per_arm=2)
-    assert not launch_noise_dominates({"sd_launch": None, "sd_block": 0.05}, rounds=8, launches_per_arm=2)
+    assert launch_noise_dominates(NestedFitNumbers(sd_launch=0.05, sd_block=0.02), rounds=8, launches_per_arm=2)
+    assert not launch_noise_dominates(NestedFitNumbers(sd_launch=0.0, sd_block=0.05), rounds=8, launches_per_arm=2)
+    assert not launch_noise_dominates(NestedFitNumbers(sd_launch=None, sd_block=0.05), rounds=8, launches_per_arm=2)
     # a real launch effect, synthetic: the procedure adds launches, and ends decisive
     rng = np.random.default_rng(2)
     grown = [_run(rng, effect=-0.05, sd_block=0.01, sd_launch=0.06)[2] for _ in range(20)]

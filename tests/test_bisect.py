@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from faultkit import default_signals_in_child
-from proc_helpers import group_gone, process_gone
-from bisect_demo import (
+from support.faultkit import default_signals_in_child
+from support.proc_helpers import group_gone, process_gone
+from support.bisect_demo import (
     BROKEN,
     CLEAN,
     SOFTMAX_BACK,
@@ -303,7 +303,7 @@ def test_statistical_rules_run_both_arms_at_every_step():
 
 
 def test_adopting_trials_that_are_not_a_disjoint_part_of_one_plan_is_refused(tmp_path):
-    from rundir_factory import Arm, write_run_dir
+    from support.rundir_factory import Arm, write_run_dir
 
     from sglang_spec_harness.errors import HarnessInputError
     from sglang_spec_harness.run.combine import adopt_trials

@@ -10,7 +10,7 @@ import pytest
 from sglang_spec_harness.verdict.rules import evaluate_run, overall_verdict
 from sglang_spec_harness.commands.cli import main
 from sglang_spec_harness.rundir import load_run_dir
-from rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
+from support.rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
 
 rng = np.random.default_rng(7)
 
@@ -38,9 +38,9 @@ def test_a_real_gain_with_clean_traces_passes_every_rule(tmp_path):
     }
     assert results.verdict == "PASS" and results.exit_code == 0
     tpot = rules["tpot"].numbers
-    assert 0.88 < tpot["ratio"] < 0.92 and tpot["ci_high"] < 0.99
-    obs = rules["cand_no_softmax_dd"].numbers["observations"]
-    assert [(o["variant"], o["replays"], o["total"]) for o in obs] == [("candidate", 10, 0)]
+    assert 0.88 < tpot.ratio < 0.92 and tpot.ci_high < 0.99
+    obs = rules["cand_no_softmax_dd"].numbers.observations
+    assert [(o.variant, o.replays, o.total) for o in obs] == [("candidate", 10, 0)]
 
 
 def test_candidate_that_keeps_the_softmax_fails_the_kernel_rule(tmp_path):
@@ -121,7 +121,7 @@ def test_cpu_trace_counts_spans(tmp_path):
     cand = Arm(tpot_ms=noisy(9.0), profile=[file_facts(softmax_per_replay=0, cpu=True)])
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
     assert rules["cand_no_softmax_dd"].verdict == "PASS"
-    assert rules["cand_no_softmax_dd"].numbers["observations"][0]["unit"] == "span"
+    assert rules["cand_no_softmax_dd"].numbers.observations[0].unit == "span"
 
 
 def test_identical_timings_are_inconclusive_never_pass(tmp_path):
@@ -137,8 +137,8 @@ def test_planted_ten_percent_slowdown_fails(tmp_path):
     cand.tpot_ms = noisy(11.0)
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
     assert rules["tpot"].verdict == "FAIL"
-    assert rules["tpot"].numbers["fail_kind"] == "slower"
-    assert 1.07 < rules["tpot"].numbers["ratio"] < 1.13
+    assert rules["tpot"].numbers.fail_kind == "slower"
+    assert 1.07 < rules["tpot"].numbers.ratio < 1.13
 
 
 def test_one_token_difference_fails_output_identity_and_says_where(tmp_path):
@@ -147,9 +147,9 @@ def test_one_token_difference_fails_output_identity_and_says_where(tmp_path):
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
     r = rules["identity"]
     assert r.verdict == "FAIL"
-    assert r.numbers["identical"] == 12 and r.numbers["compared"] == 18
-    first = r.numbers["first_difference"]
-    assert (first["request_index"], first["position"], first["baseline_token"], first["candidate_token"]) == (1, 2, 7, 99)
+    assert r.numbers.identical == 12 and r.numbers.compared == 18
+    first = r.numbers.first_difference
+    assert (first.request_index, first.position, first.baseline_token, first.candidate_token) == (1, 2, 7, 99)
 
 
 def test_a_run_that_planned_no_timed_trials_compares_the_outputs_of_its_profiled_passes(tmp_path):
@@ -165,19 +165,19 @@ def test_a_run_that_planned_no_timed_trials_compares_the_outputs_of_its_profiled
     (run_dir / "run.json").write_text(json.dumps(run))
     _, rules = rules_by_name(run_dir)
     r = rules["identity"]
-    assert r.verdict == "FAIL" and r.numbers["source"] == "profiled"
-    assert (r.numbers["identical"], r.numbers["compared"]) == (2, 3)
-    assert r.numbers["first_difference"]["candidate_trial"].endswith("-candidate-profiled")
+    assert r.verdict == "FAIL" and r.numbers.source == "profiled"
+    assert (r.numbers.identical, r.numbers.compared) == (2, 3)
+    assert r.numbers.first_difference.candidate_trial.endswith("-candidate-profiled")
     # timed trials of one arm only (a sweep's point: the candidate's blocks): still the profiled passes
     run["plan"].append({"index": 99, "variant": "candidate", "kind": "timed", "repetition": 0, "dir": "trials/99-x"})
     (run_dir / "run.json").write_text(json.dumps(run))
     _, rules = rules_by_name(run_dir)
-    assert rules["identity"].verdict == "FAIL" and rules["identity"].numbers["source"] == "profiled"
+    assert rules["identity"].verdict == "FAIL" and rules["identity"].numbers.source == "profiled"
     # a run that planned timed trials of both arms never falls back: their absence is missing evidence
     run["plan"].append({"index": 98, "variant": "baseline", "kind": "timed", "repetition": 0, "dir": "trials/98-x"})
     (run_dir / "run.json").write_text(json.dumps(run))
     _, rules = rules_by_name(run_dir)
-    assert rules["identity"].verdict == "INCONCLUSIVE" and rules["identity"].numbers["source"] == "timed"
+    assert rules["identity"].verdict == "INCONCLUSIVE" and rules["identity"].numbers.source == "timed"
     assert "baseline: timed trials: 0 completed" in rules["identity"].reason
 
 
@@ -191,7 +191,7 @@ def test_accept_length_change_fails(tmp_path):
     cand.accept_length = 2.3
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
     assert rules["accept"].verdict == "FAIL"
-    assert rules["accept"].numbers["ratio"] == pytest.approx(2.3 / 2.5)
+    assert rules["accept"].numbers.ratio == pytest.approx(2.3 / 2.5)
 
 
 def test_explained_gain_compares_measured_and_predicted_saving(tmp_path):
@@ -200,12 +200,12 @@ def test_explained_gain_compares_measured_and_predicted_saving(tmp_path):
     n = r.numbers
     # baseline: 2 softmax x 40 us in draft decode + 1 x 40 us in draft extend per cycle, nothing
     # replaces them (planted), 2.5 tokens/cycle
-    assert n["saving_us_per_cycle"] == pytest.approx(120.0)
-    assert n["regions"]["DRAFT_DECODE"] == pytest.approx(
+    assert n.saving_us_per_cycle == pytest.approx(120.0)
+    assert n.regions["DRAFT_DECODE"].model_dump() == pytest.approx(
         {"baseline_us_per_cycle": 580.0, "candidate_us_per_cycle": 500.0, "saving_us_per_cycle": 80.0})
-    assert n["pattern_removed_us_per_cycle"] == pytest.approx(120.0)
-    assert n["predicted_saving_ms"] == pytest.approx(0.048)
-    assert n["ratio"] == pytest.approx(n["measured_saving_ms"] / 0.048)
+    assert n.pattern_removed_us_per_cycle == pytest.approx(120.0)
+    assert n.predicted_saving_ms == pytest.approx(0.048)
+    assert n.ratio == pytest.approx(n.measured_saving_ms / 0.048)
     assert r.verdict == "INFO" and r.reason.startswith("informational (no bound: set min_ratio or max_ratio to judge it): ")
 
 
@@ -229,9 +229,9 @@ def test_explained_gain_counts_what_replaced_the_removed_ops(tmp_path):
     base, cand = _arms_with_region_times(candidate_decode_us=2440.0)
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
     n = rules["explained"].numbers
-    assert n["saving_us_per_cycle"] == pytest.approx(60.0)
-    assert n["pattern_removed_us_per_cycle"] == pytest.approx(120.0)
-    assert n["predicted_saving_ms"] == pytest.approx(0.024)
+    assert n.saving_us_per_cycle == pytest.approx(60.0)
+    assert n.pattern_removed_us_per_cycle == pytest.approx(120.0)
+    assert n.predicted_saving_ms == pytest.approx(0.024)
 
 
 def test_explained_gain_passes_inside_its_bounds_and_fails_outside(tmp_path):
@@ -240,7 +240,7 @@ def test_explained_gain_passes_inside_its_bounds_and_fails_outside(tmp_path):
     run = write_run_dir(tmp_path / "in", base, cand, scenario=_with_explained_bounds(min_ratio=0.5, max_ratio=2.0))
     results, rules = rules_by_name(run)
     assert rules["explained"].verdict == "PASS", rules["explained"].reason
-    assert 0.9 < rules["explained"].numbers["ratio"] < 1.1 and results.verdict == "PASS"
+    assert 0.9 < rules["explained"].numbers.ratio < 1.1 and results.verdict == "PASS"
     # a profile that shows far less change than TPOT did: the gain is not the change's
     base, cand = _arms_with_region_times(candidate_decode_us=2400.0)
     run = write_run_dir(tmp_path / "out", base, cand, scenario=_with_explained_bounds(min_ratio=0.5, max_ratio=2.0))
@@ -254,8 +254,8 @@ def test_explained_gain_passes_inside_its_bounds_and_fails_outside(tmp_path):
     run = write_run_dir(tmp_path / "low", base, cand, scenario=_with_explained_bounds(min_ratio=0.5))
     _, rules = rules_by_name(run)
     r = rules["explained"]
-    lo, hi = r.numbers["ratio_ci"]
-    assert 0 < lo < r.numbers["ratio"] < hi < 0.5
+    lo, hi = r.numbers.ratio_ci
+    assert 0 < lo < r.numbers.ratio < hi < 0.5
     assert r.verdict == "FAIL" and "< 0.5: the profiles' saving does not reach TPOT" in r.reason
 
 
@@ -266,7 +266,7 @@ def test_explained_gain_is_inconclusive_when_the_tpot_interval_straddles_a_bound
     run = write_run_dir(tmp_path, base, cand, scenario=_with_explained_bounds(min_ratio=0.5, max_ratio=2.0))
     _, rules = rules_by_name(run)
     r = rules["explained"]
-    lo, hi = r.numbers["ratio_ci"]
+    lo, hi = r.numbers.ratio_ci
     assert lo < 0.5 or hi > 2.0
     assert r.verdict == "INCONCLUSIVE" and "the interval straddles >= 0.5 and <= 2.0" in r.reason
 
@@ -280,12 +280,12 @@ def test_explained_gain_scales_away_a_slower_profiled_machine(tmp_path):
         "DRAFT_DECODE": 1500.0 * 1.5, "DRAFT_EXTEND": 1300.0 * 1.5, "TARGET_VERIFY": 2000.0 * 1.5})])
     _, rules = rules_by_name(write_run_dir(tmp_path / "scaled", base, cand))
     n = rules["explained"].numbers
-    assert n["candidate_scale"] == pytest.approx(2 / 3)
-    assert n["saving_us_per_cycle"] == pytest.approx(1000.0)
+    assert n.candidate_scale == pytest.approx(2 / 3)
+    assert n.saving_us_per_cycle == pytest.approx(1000.0)
     assert "candidate scaled x0.667 by TARGET_VERIFY" in rules["explained"].reason
     _, rules = rules_by_name(write_run_dir(tmp_path / "unscaled", base, cand,
                                            scenario=_with_explained_bounds(reference_region=None)))
-    assert rules["explained"].numbers["saving_us_per_cycle"] == pytest.approx(2500 + 1300 - 1.5 * (1500 + 1300))
+    assert rules["explained"].numbers.saving_us_per_cycle == pytest.approx(2500 + 1300 - 1.5 * (1500 + 1300))
 
 
 def _cpu_facts_with_spans(per_cycle_us: dict[str, np.ndarray]) -> dict:
@@ -316,15 +316,15 @@ def test_explained_gain_scales_cycle_by_cycle_where_the_trace_has_spans(tmp_path
         arms.append(Arm(tpot_ms=noisy(10.0 - which), profile=[_cpu_facts_with_spans(times)]))
     _, rules = rules_by_name(write_run_dir(tmp_path / "spans", *arms))
     n = rules["explained"].numbers
-    assert n["scaled"] == "per_cycle" and "scaled cycle by cycle by TARGET_VERIFY" in rules["explained"].reason
-    assert n["saving_us_per_cycle"] == pytest.approx(1000.0)
-    assert n["regions"]["DRAFT_DECODE"]["candidate_us_per_cycle"] == pytest.approx(1500.0)
+    assert n.scaled == "per_cycle" and "scaled cycle by cycle by TARGET_VERIFY" in rules["explained"].reason
+    assert n.saving_us_per_cycle == pytest.approx(1000.0)
+    assert n.regions["DRAFT_DECODE"].candidate_us_per_cycle == pytest.approx(1500.0)
     for arm in arms:  # the same traces analysed before spans were recorded
         for facts in arm.profile:
             for fact in facts["region_times"].values():
                 del fact["spans_us"]
     _, rules = rules_by_name(write_run_dir(tmp_path / "no-spans", *arms))
-    assert rules["explained"].numbers["scaled"] == "per_trial" and "candidate scaled x" in rules["explained"].reason
+    assert rules["explained"].numbers.scaled == "per_trial" and "candidate scaled x" in rules["explained"].reason
 
 
 def test_explained_gain_uses_the_robust_region_time(tmp_path):
@@ -333,7 +333,7 @@ def test_explained_gain_uses_the_robust_region_time(tmp_path):
     base, cand = good_arms()
     cand.profile[0]["region_times"]["DRAFT_DECODE"].update(time_us=9000.0 * 10, robust_time_us=500.0 * 10)
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
-    assert rules["explained"].numbers["regions"]["DRAFT_DECODE"]["candidate_us_per_cycle"] == pytest.approx(500.0)
+    assert rules["explained"].numbers.regions["DRAFT_DECODE"].candidate_us_per_cycle == pytest.approx(500.0)
 
 
 def test_explained_gain_without_region_times_is_inconclusive(tmp_path):
@@ -396,7 +396,7 @@ def test_aa_run_reports_noise_floor_and_no_false_verdict(tmp_path):
     r = rules["aa_noise_floor"]
     assert r.verdict == "PASS", r.reason
     assert "smallest detectable gain" in r.reason
-    assert r.numbers["noise"]["cv"] is not None
+    assert r.numbers.noise.cv is not None
     assert "cand_no_softmax_dd" not in rules  # kernel rules do not apply to A/A
 
 
@@ -421,14 +421,14 @@ def test_eager_softmax_in_a_graph_region_fails_a_zero_rule(tmp_path):
     # The graph replays are clean, but the eager site after the draft-extend graph kept its softmax.
     base, cand = good_arms()
     facts = file_facts(softmax_per_replay=0)
-    from rundir_factory import count_row
+    from support.rundir_factory import count_row
     facts["counts"].append(count_row("DRAFT_DECODE", "span", "softmax", [1] * 10, time_us=400.0))
     cand.profile = [facts]
     _, rules = rules_by_name(write_run_dir(tmp_path, base, cand))
     r = rules["cand_no_softmax_dd"]
     assert r.verdict == "FAIL"
     assert "0..0 (and 10 launched eagerly in the region, outside its graph replays), expected == 0" in r.reason
-    assert r.numbers["observations"][0]["eager_total"] == 10
+    assert r.numbers.observations[0].eager_total == 10
 
 
 def test_terminal_table_shows_informational_rules_apart(tmp_path, capsys):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rundir_factory import Arm, file_facts, write_run_dir
+from support.rundir_factory import Arm, file_facts, write_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 EXTRAS_PACKAGES = ("torch", "fastapi", "uvicorn", "starlette", "matplotlib", "jinja2", "sqlalchemy")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from faultkit import (
+from support.faultkit import (
     HarnessProcess,
     Squatter,
     check_and_report,

@@ -113,10 +113,10 @@ def test_check_reproduces_the_gpu_runs_verdict(gpu_run):
     by_name = {r.name: r for r in results.rules}
     assert {r["name"]: r["verdict"] for r in stored["rules"]} == {n: str(r.verdict) for n, r in by_name.items()}
     assert str(results.verdict) == stored["verdict"] == "INCONCLUSIVE"  # a 3% gain, 16 rounds of 64 tokens
-    observations = by_name["baseline_has_softmax_draft_decode"].numbers["observations"]
-    assert [(o["unit"], o["per_replay_min"], o["per_replay_max"]) for o in observations] == [("graph_launch", 2, 2)]
-    candidate = by_name["candidate_no_softmax_draft_extend"].numbers["observations"]
-    assert [(o["unit"], o["total"], o["eager_total"]) for o in candidate] == [("graph_launch", 0, 0)]
+    observations = by_name["baseline_has_softmax_draft_decode"].numbers.observations
+    assert [(o.unit, o.per_replay_min, o.per_replay_max) for o in observations] == [("graph_launch", 2, 2)]
+    candidate = by_name["candidate_no_softmax_draft_extend"].numbers.observations
+    assert [(o.unit, o.total, o.eager_total) for o in candidate] == [("graph_launch", 0, 0)]
     assert str(by_name["accept_length_unchanged"].verdict) == "PASS"
 
 

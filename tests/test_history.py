@@ -19,7 +19,7 @@ from sglang_spec_harness.history import db
 from sglang_spec_harness.history.changepoints import Options, change_points, e_divisive, zero_changes
 from sglang_spec_harness.history.extract import read_run
 from sglang_spec_harness.history.ingest import find_run_dirs, ingest
-from history_helpers import series_run
+from support.history_helpers import series_run
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = Options(permutations=199)  # p >= 0.005: enough for the planted shifts below, and quick

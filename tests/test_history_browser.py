@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglang_spec_harness.report import build_report
-from history_helpers import series_run
+from support.history_helpers import series_run
 from test_report_browser import VIEWPORT, browser, open_report  # noqa: F401 - `browser` is a fixture
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import pytest
 from sglang_spec_harness.history import db
 from sglang_spec_harness.history.export import COLUMNS
 from sglang_spec_harness.history.ingest import find_run_dirs, ingest
-from history_helpers import series_run
+from support.history_helpers import series_run
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS, AA_RUNS = 3, 1

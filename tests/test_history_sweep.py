@@ -26,7 +26,7 @@ from sglang_spec_harness.history.extract import read_run
 from sglang_spec_harness.history.ingest import find_run_dirs, ingest
 from sglang_spec_harness.history.page import write_trend_page
 from sglang_spec_harness.traces import analyze_traces
-from history_helpers import create_v1_database, insert_as_v1, micro_sweep
+from support.history_helpers import create_v1_database, insert_as_v1, micro_sweep
 from test_report_browser import browser, open_report  # noqa: F401 - `browser` is a fixture
 from test_report_escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, _assert_inert
 
@@ -414,7 +414,7 @@ def test_a_version_1_postgresql_database_is_migrated_in_place(postgres, sweep, t
 
 
 def test_a_runs_sweep_point_and_op_tables_are_read_as_hostile_data(tmp_path):
-    from history_helpers import series_run
+    from support.history_helpers import series_run
 
     run = series_run(tmp_path, 1, base_tpot=20.0, cand_tpot=15.0)
     info = json.loads((run / "run.json").read_text())
@@ -448,7 +448,7 @@ def test_a_runs_sweep_point_and_op_tables_are_read_as_hostile_data(tmp_path):
 def test_a_change_between_runs_without_op_counts_says_so(tmp_path):
     """Runs analysed before op tables existed: the explanation says the kernels cannot tell, and
     still gives the times per replay."""
-    from history_helpers import series_run
+    from support.history_helpers import series_run
 
     for i in range(1, 5):
         series_run(tmp_path, i, base_tpot=20.0, cand_tpot=15.0, cand_softmax=2 if i > 2 else 0, op_tables=i != 2)

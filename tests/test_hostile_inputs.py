@@ -1,5 +1,5 @@
 """Hostile and broken input through the real command line: one clear line and exit 2, or a
-verdict that is not PASS on damaged evidence; never a traceback (see tests/hostile.py for the
+verdict that is not PASS on damaged evidence; never a traceback (see tests/support/hostile.py for the
 classes). A few seeded Hypothesis examples per class run here; benchmarks/fuzz_inputs.py runs
 thousands and measures time and memory. Then the named cases that matter most, one by one."""
 
@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hostile
+from support import hostile
 from sglang_spec_harness.commands.cli import main
 from sglang_spec_harness.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, HarnessInputError
 from sglang_spec_harness.rundir import SCHEMA_VERSION

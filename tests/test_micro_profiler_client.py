@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sglang_wheel
-from http_helpers import get, post
+from support import sglang_wheel
+from support.http_helpers import get, post
 from test_micro_server import SMALL_FLAGS, _generate, _greedy, start_server
 
 from sglang_spec_harness.micro.server import BadRequest, parse_profile

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from http_helpers import get, post
+from support.http_helpers import get, post
 
 from sglang_spec_harness.micro.trace_summary import summarize
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from faultkit import HarnessProcess, kill_group, survivors, trial_in_progress, wait_for
-from proc_helpers import group_gone, process_gone
+from support.faultkit import HarnessProcess, kill_group, survivors, trial_in_progress, wait_for
+from support.proc_helpers import group_gone, process_gone
 
 from sglang_spec_harness.commands import cli
 from sglang_spec_harness.commands import run as run_command
@@ -42,7 +42,7 @@ from sglang_spec_harness.verdict.rules import evaluate_run
 import itertools
 
 REPO = Path(__file__).resolve().parents[1]
-FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
+FAKE_SERVER = Path(__file__).parent / "support" / "fake_servers" / "fake_server.py"
 TINY_SERVER_ARGS = {
     "--speculative-num-steps": 3,
     "--speculative-eagle-topk": 1,
@@ -482,7 +482,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     assert len(analysis["trials"]) == 2
     results = evaluate_run(load_run_dir(run_dir))
     rules = {r.name: r for r in results.rules}
-    assert rules["same_outputs"].verdict == "PASS" and rules["same_outputs"].numbers["compared"] == 4 * NUM_REQUESTS
+    assert rules["same_outputs"].verdict == "PASS" and rules["same_outputs"].numbers.compared == 4 * NUM_REQUESTS
     assert rules["no_softmax"].verdict == "PASS"
     for pid in pids.values():
         assert process_gone(pid) and group_gone(pid)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from http_helpers import get, post
+from support.http_helpers import get, post
 from test_micro_server import SMALL_FLAGS, start_server
 from test_report import make_run_dir
 
@@ -170,7 +170,7 @@ def test_report_reads_and_links_nothing_outside_the_run(tmp_path):
 
 
 def test_check_refuses_a_trial_linked_from_outside(tmp_path):
-    from rundir_factory import Arm, write_run_dir
+    from support.rundir_factory import Arm, write_run_dir
 
     run = write_run_dir(tmp_path, Arm([10.0] * 6), Arm([9.0] * 6))
     elsewhere = tmp_path / "elsewhere"

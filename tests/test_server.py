@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from proc_helpers import group_gone, process_gone
+from support.proc_helpers import group_gone, process_gone
 
 from sglang_spec_harness.engines import ServerCommand
 from sglang_spec_harness.scenario import NsysSpec
@@ -26,7 +26,7 @@ from sglang_spec_harness.run.server import (
     nsys_profile_argv,
 )
 
-FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
+FAKE_SERVER = Path(__file__).parent / "support" / "fake_servers" / "fake_server.py"
 
 
 def fake(mode: str, port: int) -> ServerCommand:

@@ -75,7 +75,7 @@ def test_attention_signatures_name_stand_in_parameters_and_leave_only_defaulted_
     pytest.importorskip("torch")
     import inspect
 
-    sys.path.insert(0, str(REPO / "harness" / "sglang_cpu" / "stand_ins"))
+    sys.path.insert(0, str(REPO / "sglang_spec_harness" / "sglang_cpu" / "stand_ins"))
     try:
         from sgl_kernel import attention
     finally:
@@ -356,7 +356,7 @@ ROUTES_CHILD = textwrap.dedent('''\
     from pathlib import Path
     import torch, triton, triton.language as tl
     sys.path[:0] = [sys.argv[3], sys.argv[4]]  # tests/ (sglang_wheel.lift), the stand-ins (sgl_kernel)
-    import sglang_wheel
+    from support import sglang_wheel
     from sglang_spec_harness.sglang_cpu import port
 
     source, kernels = Path(sys.argv[1]), sys.argv[2].split(",")
@@ -427,7 +427,7 @@ def test_each_routed_triton_kernel_of_a_release_matches_its_stand_in(base_instal
     child.write_text(ROUTES_CHILD)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(HARNESS_SOURCE_ROOT), "PYTHONNOUSERSITE": "1"}
     proc = subprocess.run([sys.executable, str(child), environment.pythonpath[0], ",".join(kernels), str(REPO / "tests"),
-                           str(REPO / "harness" / "sglang_cpu" / "stand_ins")], capture_output=True, text=True, env=env,
+                           str(REPO / "sglang_spec_harness" / "sglang_cpu" / "stand_ins")], capture_output=True, text=True, env=env,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -3,8 +3,8 @@
 sglang_spec_harness/sglang_cpu/stand_ins/sgl_kernel/ops.py replaces the sgl-kernel CPU ops that SGLang's EAGLE
 topk 1 path calls on a CPU (no CPU build of sgl-kernel is on PyPI); each must do, element for
 element, what SGLang's Triton kernel does for the same call on a GPU. Three child interpreters serve
-`sglang` from the wheel (tests/sglang_wheel.py) and call SGLang's own wrappers with the same inputs
-(tests/sglang_cpu_stand_ins_probe.py): as "cpu" the wrappers call the stand-ins; as "cuda" (and
+`sglang` from the wheel (tests/support/sglang_wheel.py) and call SGLang's own wrappers with the same inputs
+(tests/support/sglang_cpu_stand_ins_probe.py): as "cpu" the wrappers call the stand-ins; as "cuda" (and
 "xpu" for the tree ops, whose CUDA kernel is JIT-compiled CUDA, not Triton) they launch the real
 Triton kernels, which TRITON_INTERPRET=1 runs on CPU tensors. Every tensor returned or written must
 be equal in dtype, shape and value (the KV cache byte for byte). Each op's result is also held to
@@ -23,8 +23,8 @@ import pytest
 from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT
 from sglang_spec_harness.sglang_cpu import STAND_INS_DIR
 
-import sglang_wheel
-import sglang_cpu_stand_ins_probe as probe
+from support import sglang_wheel
+from support import sglang_cpu_stand_ins_probe as probe
 
 torch = pytest.importorskip("torch")
 
@@ -45,7 +45,7 @@ def results(wheel_root, tmp_path_factory) -> dict[str, dict]:
     env.update(PYTHONPATH=os.pathsep.join((str(TESTS_DIR), str(HARNESS_SOURCE_ROOT))), PYTHONNOUSERSITE="1",
                TRITON_INTERPRET="1")
     running = {platform: subprocess.Popen(
-        [sys.executable, str(TESTS_DIR / "sglang_cpu_stand_ins_probe.py"), str(wheel_root), platform,
+        [sys.executable, str(TESTS_DIR / "support" / "sglang_cpu_stand_ins_probe.py"), str(wheel_root), platform,
          str(out_dir / f"{platform}.pt")],
         env=env, cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for platform in probe.PLATFORMS}
     loaded = {}

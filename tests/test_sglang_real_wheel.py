@@ -1,6 +1,6 @@
 """The baseline patch against SGLang 0.5.23's real code and real kernels, on CPU.
 
-The wheel is downloaded once into a cache (tests/sglang_wheel.py says how, and which stubs it
+The wheel is downloaded once into a cache (tests/support/sglang_wheel.py says how, and which stubs it
 needs). Each probe is a child interpreter started as an SGLang server process would be: the
 harness bootstrap on PYTHONPATH with HARNESS_PATCHES naming the patch (the baseline), or without
 it (the candidate, SGLang as shipped). TRITON_INTERPRET=1 runs the real Triton kernels
@@ -24,8 +24,8 @@ from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR
 from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
 from sglang_spec_harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
 
-import sglang_wheel
-import sglang_wheel_probe as probe
+from support import sglang_wheel
+from support import sglang_wheel_probe as probe
 
 torch = pytest.importorskip("torch")
 
@@ -61,7 +61,7 @@ def probes(wheel_root, tmp_path_factory) -> dict[tuple[str, bool], dict]:
         for patched in (False, True):
             out = out_dir / f"{platform}-{'baseline' if patched else 'candidate'}.pt"
             running[(platform, patched)] = (out, subprocess.Popen(
-                [sys.executable, str(TESTS_DIR / "sglang_wheel_probe.py"), str(wheel_root), platform, str(out)],
+                [sys.executable, str(TESTS_DIR / "support" / "sglang_wheel_probe.py"), str(wheel_root), platform, str(out)],
                 env=child_env(patched), cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = {}
     for key, (out, proc) in running.items():

@@ -256,10 +256,10 @@ def test_rocm_scenario_reproduces_26358():
 
 
 def test_rocm_scenario_matches_sglang_own_dsa_mtp_fixture():
-    # The fixture in the 0.5.23 wheel (tests/sglang_wheel.py downloads it once).
+    # The fixture in the 0.5.23 wheel (tests/support/sglang_wheel.py downloads it once).
     import ast
 
-    import sglang_wheel
+    from support import sglang_wheel
 
     try:
         root = sglang_wheel.source_root()

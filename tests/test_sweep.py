@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from bisect_demo import BROKEN, CLEAN, SOFTMAX_BACK, git, make_repo, same_file, server_pids, write_scenario
-from proc_helpers import group_gone, process_gone
+from support.bisect_demo import BROKEN, CLEAN, SOFTMAX_BACK, git, make_repo, same_file, server_pids, write_scenario
+from support.proc_helpers import group_gone, process_gone
 
 from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
 from sglang_spec_harness.errors import HarnessInputError

@@ -270,7 +270,7 @@ def test_nightly_fans_out_and_collects():
 def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
     """The history job's own shell steps, with the real Makefile and harness, on artifacts laid out
     as download-artifact lays them out (artifacts/<artifact name>/<run directory>/)."""
-    from history_helpers import series_run
+    from support.history_helpers import series_run
 
     name = "harness-run-sglang_llama31_8b_eagle3_topk1-h100-42-1"
     for i in range(1, 13):

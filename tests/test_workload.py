@@ -1,7 +1,7 @@
 """Workload: prompts, the streaming client's records, and the per-trial summary.
 
 The client is tested against real HTTP servers: the micro engine (tests/test_runner.py) and, for a
-stream that breaks mid-response, the stand-in in tests/fake_servers/.
+stream that breaks mid-response, the stand-in in tests/support/fake_servers/.
 """
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ import json
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sglang_spec_harness.engines import ServerCommand
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.scenario import WorkloadSpec
 from sglang_spec_harness.run.server import ServerProcess, free_port
-from sglang_spec_harness.run.workload import build_prompts, send_requests, summarize
+from sglang_spec_harness.run.workload import Prompt, build_prompts, send_request, send_requests, summarize
 from sglang_spec_harness.rundir import RequestRow
 
-FAKE_SERVER = Path(__file__).parent / "fake_servers" / "fake_server.py"
+FAKE_SERVER = Path(__file__).parent / "support" / "fake_servers" / "fake_server.py"
 
 
 def test_synthetic_prompts_are_deterministic_and_independent_of_count(tmp_path):
@@ -108,3 +109,42 @@ def test_a_refused_connection_is_recorded_per_request(tmp_path):
     _, prompts = build_prompts(spec, scenario_dir=tmp_path)
     records = asyncio.run(send_requests(f"http://127.0.0.1:{free_port()}", prompts, spec, request_timeout_s=5))
     assert records[0].error.startswith("cannot connect (ConnectError")
+
+
+def _stream_of(chunks: list[dict]) -> httpx.AsyncClient:
+    """A client whose /generate answers these chunks as server-sent events, then [DONE]."""
+    events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=events.encode()))
+    return httpx.AsyncClient(transport=transport)
+
+
+@pytest.mark.parametrize("mode", ["cumulative", "incremental"])
+def test_cumulative_and_incremental_streams_give_the_same_record(mode):
+    # SGLang streams all ids so far by default, only the new ones with --incremental-streaming-output.
+    steps = [[7, 8], [9], [10, 11, 12]]
+    chunks, so_far = [], []
+    for step in steps:
+        so_far = so_far + step
+        ids = so_far if mode == "cumulative" else step
+        meta = {"prompt_tokens": 3, "completion_tokens": len(so_far), "spec_verify_ct": 2, "finish_reason": {"type": "length"}}
+        chunks.append({"output_ids": ids, "meta_info": meta})
+
+    async def send() -> RequestRow:
+        async with _stream_of(chunks) as client:
+            return await send_request(client, "http://engine", Prompt(0, False, input_ids=[1, 2, 3]), WorkloadSpec())
+
+    record = asyncio.run(send())
+    assert record.error is None
+    assert record.output_ids == [7, 8, 9, 10, 11, 12]
+    assert (record.prompt_tokens, record.completion_tokens, record.spec_verify_ct) == (3, 6, 2)
+    assert record.finish_reason == "length"
+    assert record.ttft_ms is not None and len(record.itl_ms) == 2 and record.tpot_ms is not None
+
+
+def test_a_stream_with_no_tokens_is_an_error():
+    async def send() -> RequestRow:
+        async with _stream_of([{"output_ids": [], "meta_info": {"completion_tokens": 0}}]) as client:
+            return await send_request(client, "http://engine", Prompt(0, False, input_ids=[1]), WorkloadSpec())
+
+    record = asyncio.run(send())
+    assert record.error == "no tokens generated" and record.completion_tokens == 0 and record.ttft_ms is None

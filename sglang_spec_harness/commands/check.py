@@ -32,6 +32,7 @@ def print_results(results) -> None:  # CheckResults, imported lazily
     from rich.table import Table
 
     from sglang_spec_harness.errors import one_line
+    from sglang_spec_harness.rundir.rule_numbers import TpotGainNumbers
     from sglang_spec_harness.verdict.verdicts import Verdict
 
     def text(value: object) -> str:  # names and reasons come from files: no markup, no control characters
@@ -57,10 +58,10 @@ def print_results(results) -> None:  # CheckResults, imported lazily
         console.print(extra)
     for rule in results.rules:
         n = rule.numbers
-        if rule.kind == "tpot_gain" and n.get("ratio") is not None and n.get("ci_low") is not None:
+        if isinstance(n, TpotGainNumbers) and n.ratio is not None and n.ci_low is not None and n.ci_high is not None:
             console.print(
-                f"TPOT candidate/baseline = {n['ratio']:.4f} "
-                f"({n.get('confidence', 0.95):.0%} CI {n['ci_low']:.4f} .. {n['ci_high']:.4f}); "
-                f"gain {1 - n['ratio']:.2%} (needed {n.get('min_gain', 0):.2%})"
+                f"TPOT candidate/baseline = {n.ratio:.4f} "
+                f"({n.confidence or 0.95:.0%} CI {n.ci_low:.4f} .. {n.ci_high:.4f}); "
+                f"gain {1 - n.ratio:.2%} (needed {n.min_gain or 0:.2%})"
             )
     console.print(f"verdict: [bold {colours[results.verdict]}]{results.verdict}[/] (exit {results.exit_code})")

@@ -248,8 +248,9 @@ def _trials(rd: RunDir) -> dict[str, Trial]:
 
 
 def rule_numbers(rule: RuleResult) -> dict[str, Any]:
-    """A rule's numbers as the database stores them (plain JSON): the one place the history reads them."""
-    return dict(rule.numbers)
+    """A rule's numbers as the database stores them (plain JSON, the keys as written): the one place
+    the history reads them."""
+    return rule.numbers.model_dump(mode="json")
 
 
 def _samples(row: RunRow, variant: str, facts: dict[str, Any], trials: dict[str, Trial]) -> None:

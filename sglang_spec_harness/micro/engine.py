@@ -200,7 +200,6 @@ class GraphRunner:
         self.pool = pool
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], tuple[torch.Tensor, ...]]] = {}
         self.replays = 0
-        self.eager_runs = 0
 
     def capture(self) -> None:
         # Largest first, so that smaller graphs reuse the shared pool's blocks (as SGLang does).
@@ -229,7 +228,6 @@ class GraphRunner:
         batch = inputs[0].shape[0]
         index = bisect.bisect_left(self.batch_sizes, batch)
         if not self.graphs or index == len(self.batch_sizes):
-            self.eager_runs += 1
             outputs = self.fn(*inputs)
             return outputs if isinstance(outputs, tuple) else (outputs,)
         graph, static_inputs, static_outputs = self.graphs[self.batch_sizes[index]]

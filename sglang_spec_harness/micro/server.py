@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI
 from fastapi import Request as HttpRequest
@@ -31,9 +31,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sglang_spec_harness import __version__
 from sglang_spec_harness.micro.config import MicroModelConfig
 
+if TYPE_CHECKING:  # the engine imports torch: loaded once the flags are known good
+    from sglang_spec_harness.micro.engine import MicroEngine, Request, RequestUpdate, SpecConfig
+
 logger = logging.getLogger("sglang_spec_harness.micro")
 
-EXIT_USAGE = 2
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 
 
@@ -314,69 +316,76 @@ def parse_profile(body: Any) -> Any:
     )
 
 
-def create_app(engine: Any, settings: ServerSettings) -> Any:
-    from sglang_spec_harness.micro.engine import EngineRequestError, Request, RequestUpdate
+def error_response(status: int, message: str) -> JSONResponse:
+    """SGLang's error shape: `{"error": {"message": ..., "code": status}}`."""
+    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
 
+
+async def _validation_error(_request: HttpRequest, exc: Exception) -> JSONResponse:
+    return error_response(400, str(exc))  # SGLang answers 400 where FastAPI would answer 422
+
+
+async def read_json_body(request: HttpRequest, allow_empty: bool = False) -> Any:
+    """The request body parsed as JSON (None for an empty body where `allow_empty`); BadRequest otherwise."""
+    raw = await request.body()
+    if not raw.strip():
+        if allow_empty:
+            return None
+        raise BadRequest("the request body is empty; expected a JSON object")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+
+
+def server_info(engine: Any, settings: ServerSettings) -> dict[str, Any]:
+    """/server_info: SGLang's speculative-decoding fields, then what the micro engine adds."""
     args = settings.args
-    app = FastAPI(title="micro engine", version=__version__)
-    tokenizer = engine.tokenizer
+    return {
+        "engine": "micro",
+        "version": f"micro-{__version__}",
+        "model_path": args.model_path,
+        "speculative_algorithm": args.speculative_algorithm,
+        "speculative_draft_model_path": args.speculative_draft_model_path,
+        "speculative_num_steps": args.speculative_num_steps,
+        "speculative_eagle_topk": args.speculative_eagle_topk,
+        "speculative_num_draft_tokens": settings.num_draft_tokens,
+        "topk1_fast_path": engine.spec.uses_fast_path,
+        "disable_topk1_fast_path": args.disable_topk1_fast_path,
+        "inject_delay_us": args.inject_delay_us,
+        "mmap_threshold": args.mmap_threshold,
+        # where the process may run (server.cpus pins it): evidence, not the flag
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cuda_graph_max_bs": args.cuda_graph_max_bs,
+        "disable_cuda_graph": args.disable_cuda_graph,
+        "cuda_graph": engine.device.type == "cuda" and not args.disable_cuda_graph,
+        "device": engine.device.type,
+        "host": args.host,
+        "port": args.port,
+        "max_running_requests": args.max_running_requests,
+        "context_length": args.context_length,
+        "micro_model": {
+            **dataclasses.asdict(engine.model_config),
+            "context_window_tokens": engine.model_config.context_len,
+            "bos_token_id": engine.model_config.bos_token_id,
+            "eos_token_id": engine.model_config.eos_token_id,
+        },
+        "internal_states": [engine.internal_state()],
+    }
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: HttpRequest, exc: RequestValidationError) -> JSONResponse:
-        return error(400, str(exc))
+class Generations:
+    """Hands /generate requests to the engine thread and turns its updates into SGLang response bodies."""
 
-    async def json_body(request: HttpRequest, allow_empty: bool = False) -> Any:
-        raw = await request.body()
-        if not raw.strip():
-            if allow_empty:
-                return None
-            raise BadRequest("the request body is empty; expected a JSON object")
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
 
-    def server_info() -> dict[str, Any]:
-        return {
-            "engine": "micro",
-            "version": f"micro-{__version__}",
-            "model_path": args.model_path,
-            "speculative_algorithm": args.speculative_algorithm,
-            "speculative_draft_model_path": args.speculative_draft_model_path,
-            "speculative_num_steps": args.speculative_num_steps,
-            "speculative_eagle_topk": args.speculative_eagle_topk,
-            "speculative_num_draft_tokens": settings.num_draft_tokens,
-            "topk1_fast_path": engine.spec.uses_fast_path,
-            "disable_topk1_fast_path": args.disable_topk1_fast_path,
-            "inject_delay_us": args.inject_delay_us,
-            "mmap_threshold": args.mmap_threshold,
-            # where the process may run (server.cpus pins it): evidence, not the flag
-            "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "cuda_graph_max_bs": args.cuda_graph_max_bs,
-            "disable_cuda_graph": args.disable_cuda_graph,
-            "cuda_graph": engine.device.type == "cuda" and not args.disable_cuda_graph,
-            "device": engine.device.type,
-            "host": args.host,
-            "port": args.port,
-            "max_running_requests": args.max_running_requests,
-            "context_length": args.context_length,
-            "micro_model": {
-                **dataclasses.asdict(engine.model_config),
-                "context_window_tokens": engine.model_config.context_len,
-                "bos_token_id": engine.model_config.bos_token_id,
-                "eos_token_id": engine.model_config.eos_token_id,
-            },
-            "internal_states": [engine.internal_state()],
-        }
-
-    def response_body(item: GenerateInput, update: RequestUpdate, created: float) -> dict[str, Any]:
+    def response_body(self, item: GenerateInput, update: RequestUpdate, created: float) -> dict[str, Any]:
         completion = len(update.output_ids)
         verify_ct = update.spec_verify_ct
         return {
-            "text": tokenizer.decode(list(update.output_ids)),
+            "text": self.tokenizer.decode(list(update.output_ids)),
             "output_ids": list(update.output_ids),
             "meta_info": {
                 "id": item.rid,
@@ -390,7 +399,10 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
             },
         }
 
-    def submit(item: GenerateInput) -> tuple[Request, asyncio.Queue]:
+    def submit(self, item: GenerateInput) -> tuple[Request, asyncio.Queue]:
+        """Queues the request on the engine; its updates arrive, from the engine thread, on the queue."""
+        from sglang_spec_harness.micro.engine import Request
+
         loop = asyncio.get_running_loop()
         updates: asyncio.Queue = asyncio.Queue()
         request = Request(
@@ -400,99 +412,119 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
             ignore_eos=item.ignore_eos,
             on_update=lambda update: loop.call_soon_threadsafe(updates.put_nowait, update),
         )
-        engine.submit(request)
+        self.engine.submit(request)
         return request, updates
 
-    async def run_to_end(item: GenerateInput) -> tuple[int, dict[str, Any]]:
+    async def run_to_end(self, item: GenerateInput) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, body) once the request finishes or fails; a cancelled caller aborts it."""
         created = time.perf_counter()
-        request, updates = submit(item)
+        request, updates = self.submit(item)
         try:
             while True:
                 update = await updates.get()
                 if update.error:
                     return 500, {"error": {"message": update.error, "code": 500}}
                 if update.finished:
-                    return 200, response_body(item, update, created)
+                    return 200, self.response_body(item, update, created)
         except asyncio.CancelledError:
-            engine.abort(request)
+            self.engine.abort(request)
             raise
 
-    async def stream_events(item: GenerateInput, request: Request, updates: asyncio.Queue, created: float) -> AsyncIterator[bytes]:
+    async def stream_events(
+        self, item: GenerateInput, request: Request, updates: asyncio.Queue, created: float
+    ) -> AsyncIterator[bytes]:
+        """Server-sent events, one per update, then `[DONE]`; a client that goes away aborts the request."""
         try:
             while True:
                 update = await updates.get()
                 if update.error:
                     yield b"data: " + json.dumps({"error": {"message": update.error, "code": 500}}).encode() + b"\n\n"
                     break
-                yield b"data: " + json.dumps(response_body(item, update, created)).encode() + b"\n\n"
+                yield b"data: " + json.dumps(self.response_body(item, update, created)).encode() + b"\n\n"
                 if update.finished:
                     break
             yield b"data: [DONE]\n\n"
         finally:
             if not request.finish_reason:
-                engine.abort(request)  # the client went away
+                self.engine.abort(request)  # the client went away
 
+
+def _add_health_routes(app: FastAPI, engine: Any, generations: Generations) -> None:
     @app.get("/health")
     async def health() -> Response:
-        return Response(status_code=200) if engine.alive else error(503, "engine is not running")
+        return Response(status_code=200) if engine.alive else error_response(503, "engine is not running")
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
         if not engine.alive:
-            return error(503, "engine is not running")
-        item = GenerateInput(tokenizer.encode("health"), 1, True, f"HEALTH_CHECK_{uuid.uuid4().hex}")
+            return error_response(503, "engine is not running")
+        item = GenerateInput(engine.tokenizer.encode("health"), 1, True, f"HEALTH_CHECK_{uuid.uuid4().hex}")
         try:
-            status, _ = await asyncio.wait_for(run_to_end(item), timeout=20)
+            status, _ = await asyncio.wait_for(generations.run_to_end(item), timeout=20)
         except TimeoutError:
-            return error(503, "health_generate timed out")
-        return Response(status_code=200) if status == 200 else error(503, "health_generate failed")
+            return error_response(503, "health_generate timed out")
+        return Response(status_code=200) if status == 200 else error_response(503, "health_generate failed")
 
+
+def _add_info_routes(app: FastAPI, engine: Any, settings: ServerSettings) -> None:
     @app.get("/server_info")
     @app.get("/get_server_info")
     async def get_server_info() -> JSONResponse:
-        return JSONResponse(server_info())
+        return JSONResponse(server_info(engine, settings))
 
     @app.get("/get_model_info")
     @app.get("/model_info")
     async def get_model_info() -> JSONResponse:
-        return JSONResponse({"model_path": args.model_path, "tokenizer_path": None, "is_generation": True})
+        return JSONResponse({"model_path": settings.args.model_path, "tokenizer_path": None, "is_generation": True})
+
+
+def _add_generate_route(app: FastAPI, engine: Any, settings: ServerSettings, generations: Generations) -> None:
+    from sglang_spec_harness.micro.engine import EngineRequestError
 
     @app.post("/generate")
     async def generate(http_request: HttpRequest) -> Response:
         try:
-            body = await json_body(http_request)
-            items, is_batch, stream = parse_generate(body, tokenizer, engine.model_config.vocab_size, args.context_length)
+            body = await read_json_body(http_request)
+            items, is_batch, stream = parse_generate(
+                body, engine.tokenizer, engine.model_config.vocab_size, settings.args.context_length
+            )
         except BadRequest as exc:
-            return error(400, str(exc))
+            return error_response(400, str(exc))
         try:
             if stream:
                 created = time.perf_counter()
-                request, updates = submit(items[0])
-                return StreamingResponse(stream_events(items[0], request, updates, created), media_type="text/event-stream")
-            results = await asyncio.gather(*(run_to_end(item) for item in items))
+                request, updates = generations.submit(items[0])
+                events = generations.stream_events(items[0], request, updates, created)
+                return StreamingResponse(events, media_type="text/event-stream")
+            results = await asyncio.gather(*(generations.run_to_end(item) for item in items))
         except EngineRequestError as exc:
-            return error(503, str(exc))
+            return error_response(503, str(exc))
         failed = [body for status, body in results if status != 200]
         if failed:
             return JSONResponse(failed[0], status_code=500)
         bodies = [body for _, body in results]
         return JSONResponse(bodies if is_batch else bodies[0])
 
+
+def _add_control_routes(app: FastAPI, engine: Any) -> None:
+    """/flush_cache and the profiler: each runs on the engine thread, between decode steps."""
+    from sglang_spec_harness.micro.engine import EngineRequestError
+
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
         try:
             await asyncio.wrap_future(engine.call(engine.flush_cache))
         except EngineRequestError as exc:
-            return error(400, str(exc))
+            return error_response(400, str(exc))
         return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n")
 
     @app.api_route("/start_profile", methods=["GET", "POST"])
     async def start_profile(http_request: HttpRequest) -> Response:
         try:
-            profile = parse_profile(await json_body(http_request, allow_empty=True))
+            profile = parse_profile(await read_json_body(http_request, allow_empty=True))
             await asyncio.wrap_future(engine.call(lambda: engine.start_profile(profile)))
         except (BadRequest, EngineRequestError) as exc:
-            return error(400, str(exc))
+            return error_response(400, str(exc))
         return PlainTextResponse("Start profiling.\n")
 
     @app.api_route("/stop_profile", methods=["GET", "POST"])
@@ -500,9 +532,19 @@ def create_app(engine: Any, settings: ServerSettings) -> Any:
         try:
             await asyncio.wrap_future(engine.call(engine.stop_profile))
         except EngineRequestError as exc:
-            return error(400, str(exc))
+            return error_response(400, str(exc))
         return PlainTextResponse("Stop profiling. This will take some time.\n")
 
+
+def create_app(engine: Any, settings: ServerSettings) -> FastAPI:
+    """The FastAPI app serving `engine` (started, running on its own thread)."""
+    app = FastAPI(title="micro engine", version=__version__)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    generations = Generations(engine)
+    _add_health_routes(app, engine, generations)
+    _add_info_routes(app, engine, settings)
+    _add_generate_route(app, engine, settings, generations)
+    _add_control_routes(app, engine)
     return app
 
 
@@ -530,16 +572,8 @@ def fix_mmap_threshold(threshold: int) -> str:
     return f"mmap threshold fixed at {threshold} bytes" if ok else "mmap threshold left as it is (no glibc mallopt)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    settings = parse_args(argv)
-    args = settings.args
-    malloc_note = fix_mmap_threshold(args.mmap_threshold)  # before torch allocates anything
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="[%(asctime)s] %(message)s",
-        datefmt="%Y-%m-%d %H:%M:%S",
-        stream=sys.stderr,
-    )
+def _shutdown_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT."""
     shutdown = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -547,16 +581,13 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    return shutdown
 
-    import torch
-    import uvicorn
 
-    from sglang_spec_harness.micro.engine import MicroEngine, SpecConfig
+def _spec_config(args: argparse.Namespace) -> SpecConfig:
+    from sglang_spec_harness.micro.engine import SpecConfig
 
-    if args.num_threads:
-        torch.set_num_threads(args.num_threads)
-    model_config = settings.model_config
-    spec = SpecConfig(
+    return SpecConfig(
         num_steps=args.speculative_num_steps,
         topk=args.speculative_eagle_topk,
         fast_path=not args.disable_topk1_fast_path,
@@ -565,12 +596,17 @@ def main(argv: list[str] | None = None) -> int:
         max_running_requests=args.max_running_requests,
         inject_delay_us=args.inject_delay_us,
     )
+
+
+def _log_configuration(settings: ServerSettings, spec: SpecConfig, malloc_note: str) -> None:
+    import torch
+
     logger.info(
         "micro engine %s: device=%s speculative_algorithm=%s num_steps=%d eagle_topk=%d num_draft_tokens=%d "
         "topk1_fast_path=%s cuda_graph=%s torch=%s threads=%d malloc: %s",
         __version__,
         settings.device,
-        args.speculative_algorithm,
+        settings.args.speculative_algorithm,
         spec.num_steps,
         spec.topk,
         spec.num_draft_tokens,
@@ -580,22 +616,15 @@ def main(argv: list[str] | None = None) -> int:
         torch.get_num_threads(),
         malloc_note,
     )
-    engine = MicroEngine(model_config, spec, settings.device, num_threads=args.num_threads)
-    engine.start()
-    while not engine.ready.wait(0.1):
-        if shutdown.is_set():
-            logger.info("Shutdown requested during start-up.")
-            return 0
-    if engine.startup_error is not None:
-        logger.error("micro engine failed to start: %s", engine.startup_error)
-        return 1
-    if shutdown.is_set():
-        engine.stop()
-        return 0
 
-    app = create_app(engine, settings)
+
+def serve(engine: MicroEngine, settings: ServerSettings) -> int:
+    """Serves the started engine over HTTP until a signal; the exit code (1: the port could not be bound)."""
+    import uvicorn
+
+    args = settings.args
     config = uvicorn.Config(
-        app,
+        create_app(engine, settings),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -628,6 +657,41 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     logger.info("Server shut down.")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_args(argv)
+    args = settings.args
+    malloc_note = fix_mmap_threshold(args.mmap_threshold)  # before torch allocates anything
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="[%(asctime)s] %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        stream=sys.stderr,
+    )
+    shutdown = _shutdown_on_signals()
+
+    import torch
+
+    from sglang_spec_harness.micro.engine import MicroEngine
+
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    spec = _spec_config(args)
+    _log_configuration(settings, spec, malloc_note)
+    engine = MicroEngine(settings.model_config, spec, settings.device, num_threads=args.num_threads)
+    engine.start()
+    while not engine.ready.wait(0.1):
+        if shutdown.is_set():
+            logger.info("Shutdown requested during start-up.")
+            return 0
+    if engine.startup_error is not None:
+        logger.error("micro engine failed to start: %s", engine.startup_error)
+        return 1
+    if shutdown.is_set():
+        engine.stop()
+        return 0
+    return serve(engine, settings)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,6 @@ class SpanCounts:
 class TraceSummary:
     path: str
     spans: list[SpanCounts] = field(default_factory=list)
-    ops_outside_spans: int = 0
-    kernels_outside_spans: int = 0
     total_kernels: int = 0
 
     def by_mode(self) -> dict[str, list[SpanCounts]]:
@@ -101,9 +99,7 @@ def summarize(
         category = event.get("cat")
         if category == "cpu_op" and event.get("name") in op_names:
             index = span_of(event)
-            if index is None:
-                summary.ops_outside_spans += 1
-            else:
+            if index is not None:
                 summary.spans[index].ops += 1
         elif category == "cuda_runtime":
             index = span_of(event)
@@ -121,7 +117,6 @@ def summarize(
             continue
         index, in_graph = runtime_span.get(event.get("args", {}).get("correlation"), (None, False))
         if index is None:
-            summary.kernels_outside_spans += 1
             continue
         summary.spans[index].kernels += 1
         if in_graph:

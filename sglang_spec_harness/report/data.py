@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_spec_harness.rundir import PlanEntry, RunDir, Trial, as_list, as_object, inside, load_run_dir
+from sglang_spec_harness.rundir import (
+    PlanEntry,
+    RunDir,
+    Trial,
+    TrialAnalysis,
+    as_list,
+    as_object,
+    inside,
+    load_run_dir,
+)
 from sglang_spec_harness.rundir import valid_number as plottable
 from sglang_spec_harness.verdict.verdicts import Verdict
 
@@ -91,7 +100,7 @@ class ReportData:
     rundir: RunDir
     run: dict[str, Any]
     results: dict[str, Any] | None
-    analysis: dict[str, Any]  # trial dir name -> TraceAnalysis JSON
+    analysis: dict[str, TrialAnalysis]  # trial dir name -> its trace analysis
     environment: dict[str, Any]
     scenario: dict[str, Any]  # the resolved scenario as plain data ({} when missing)
     variants: list[VariantInfo]
@@ -306,7 +315,7 @@ def load_report_data(run_dir: Path) -> ReportData:
         rundir=rd,
         run=rd.run.model_dump(mode="json") if run_read else {},
         results=rd.results.model_dump(mode="json") if rd.results is not None else None,
-        analysis={name: analysis.model_dump(mode="json") for name, analysis in rd.analysis.items()},
+        analysis=dict(rd.analysis),
         environment=rd.environment.model_dump(mode="json") if rd.environment is not None else {},
         scenario=rd.scenario_data,
         variants=_variants(rd.scenario_data),

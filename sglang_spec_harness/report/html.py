@@ -15,6 +15,14 @@ from typing import Any
 from sglang_spec_harness.report import analysis_view as av
 from sglang_spec_harness.report import figures
 from sglang_spec_harness.rundir import as_object
+from sglang_spec_harness.rundir.rule_numbers import (
+    AaNoiseNumbers,
+    AcceptLengthNumbers,
+    ExplainedGainNumbers,
+    OutputIdentityNumbers,
+    TpotGainNumbers,
+    numbers_of,
+)
 from sglang_spec_harness.report.data import ReportData, plottable
 from sglang_spec_harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
 from sglang_spec_harness.report.page import VERDICT_CLASS, render
@@ -71,10 +79,11 @@ class _Rule:
 
 def _rule(rule: dict[str, Any]) -> _Rule:
     pre = [p for p in rule.get("preconditions") or [] if isinstance(p, dict)]
-    numbers = as_object(rule.get("numbers"))
-    scalars = {k: v for k, v in numbers.items() if not isinstance(v, (list, dict))}
-    if numbers.get("first_difference"):
-        scalars["first_difference"] = json.dumps(numbers["first_difference"])
+    numbers = numbers_of(rule)
+    written = numbers.model_dump(mode="json") if numbers is not None else {}
+    scalars = {k: v for k, v in written.items() if not isinstance(v, (list, dict))}
+    if isinstance(numbers, OutputIdentityNumbers) and numbers.first_difference is not None:
+        scalars["first_difference"] = json.dumps(written["first_difference"])
     return _Rule(
         name=rule.get("name"), kind=rule.get("kind"), verdict=rule.get("verdict"),
         reason=rule.get("reason") or "no reason given", description=rule.get("description"),
@@ -138,15 +147,14 @@ def _key_numbers(data: ReportData) -> list[str]:
     softmax = count_lines(counts_from_rules(data))
     items.append("Softmax count: " + ("; ".join(softmax) if softmax else "no kernel_count observations"))
     for rule in data.rules_of_kind("output_identity"):
-        n = rule.get("numbers") or {}
-        if isinstance(n.get("compared"), int):
-            items.append(f"Greedy outputs identical: {n.get('identical')} of {n.get('compared')} requests")
+        if isinstance(n := numbers_of(rule), OutputIdentityNumbers):
+            items.append(f"Greedy outputs identical: {n.identical} of {n.compared} requests")
     for rule in data.rules_of_kind("explained_gain"):
-        n = rule.get("numbers") or {}
-        if n.get("measured_saving_ms") is not None or n.get("predicted_saving_ms") is not None:
+        e = numbers_of(rule)
+        if isinstance(e, ExplainedGainNumbers) and (e.measured_saving_ms is not None or e.predicted_saving_ms is not None):
             items.append(
-                f"Saving per token: measured {fmt(n.get('measured_saving_ms'))} ms, predicted from the traces "
-                f"{fmt(n.get('predicted_saving_ms'))} ms (ratio {fmt(n.get('ratio'))})"
+                f"Saving per token: measured {fmt(e.measured_saving_ms)} ms, predicted from the traces "
+                f"{fmt(e.predicted_saving_ms)} ms (ratio {fmt(e.ratio)})"
             )
     return items
 
@@ -186,8 +194,8 @@ def _figures(data: ReportData) -> dict[str, Any]:
         figures.TrialPoint(t.index, t.variant, v)
         for t in data.trials if t.ok and t.kind == "timed" and (v := t.number("accept_length")) is not None
     ]
-    tolerance = next((r.get("numbers", {}).get("rel_tolerance") for r in data.rules_of_kind("accept_length")
-                      if isinstance(r.get("numbers"), dict)), None)
+    tolerance = next((n.rel_tolerance for r in data.rules_of_kind("accept_length")
+                      if isinstance(n := numbers_of(r), AcceptLengthNumbers)), None)
     out["accept"] = _safe(data, "accept length", figures.accept_figure, accept_points, variants,
                           plottable(tolerance)) if accept_points else None
     out["accept_line"] = accept_line(data)
@@ -231,26 +239,27 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
     """The paired differences per round, and (warm modes) the launches next to the blocks: how far
     apart two launches of one arm were, against how far apart two blocks of one launch were."""
     rule = next(iter(data.rules_of_kind("tpot_gain")), None) or next(iter(data.rules_of_kind("aa_noise")), None)
-    numbers = as_object(as_object(rule).get("numbers"))
-    reps, ratios = numbers.get("pair_repetitions") or [], numbers.get("pair_ratios") or []
-    pairs = [(r, x) for r, x in zip(reps, map(plottable, ratios)) if isinstance(r, int) and x is not None and x > 0]
+    numbers = numbers_of(rule) if rule is not None else None
+    sampled = numbers if isinstance(numbers, (TpotGainNumbers, AaNoiseNumbers)) else TpotGainNumbers()
+    reps = sampled.pair_repetitions if isinstance(sampled, TpotGainNumbers) else []  # A/A: pairs, no rounds
+    pairs = [(r, x) for r, x in zip(reps, map(plottable, sampled.pair_ratios)) if x is not None and x > 0]
     out: dict[str, Any] = {"has_pairs": bool(pairs), "pairs": None, "launches": None}
     if pairs:
         ci = (tpot.ci_low, tpot.ci_high) if tpot.ci_low is not None and tpot.ci_high is not None else None
         out["pairs"] = _safe(data, "paired differences", figures.pairs_figure, [r for r, _ in pairs],
                              [x for _, x in pairs], tpot.ratio, ci, tpot.min_gain)
-    nested = as_object(numbers.get("nested"))
+    nested = sampled.nested
     if not (data.launches or nested):
         return out
     spread = None
-    if nested and nested.get("sd_block") is not None:
-        launch_sd = nested.get("sd_launch")
-        spread = {"launch_sd": None, "block_sd": f"{nested['sd_block']:.2%}", "pooled": bool(nested.get("pooled"))}
+    if nested is not None and nested.sd_block is not None:
+        launch_sd = nested.sd_launch
+        spread = {"launch_sd": None, "block_sd": f"{nested.sd_block:.2%}", "pooled": nested.pooled}
         if launch_sd is not None:
-            spread.update(launch_sd=f"{launch_sd:.2%}", launch_p=f"{nested.get('launch_p') or float('nan'):.2g}")
+            spread.update(launch_sd=f"{launch_sd:.2%}", launch_p=f"{nested.launch_p or float('nan'):.2g}")
             if not spread["pooled"]:
-                spread["df"] = f"{nested.get('df') or float('nan'):.1f}"
-    levels = as_object(nested.get("launch_means"))
+                spread["df"] = f"{nested.df or float('nan'):.1f}"
+    levels = nested.launch_means if nested is not None else {}
     rows = []
     for launch in data.launches:
         served = [t for t in data.trials if t.launch == launch.get("dir")]

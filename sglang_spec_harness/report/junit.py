@@ -18,6 +18,7 @@ from typing import Any
 from sglang_spec_harness.errors import encodable
 from sglang_spec_harness.files import write_text_atomic
 from sglang_spec_harness.report.data import ReportData
+from sglang_spec_harness.rundir.rule_numbers import numbers_of
 from sglang_spec_harness.verdict.verdicts import Verdict
 
 
@@ -39,9 +40,10 @@ def _details(rule: dict[str, Any]) -> str:
         if isinstance(pre, dict):
             mark = "ok" if pre.get("ok") else "NOT MET"
             lines.append(f"precondition [{mark}] {pre.get('what', '')}: {pre.get('detail', '')}")
-    numbers = rule.get("numbers")
-    if isinstance(numbers, dict):
-        scalars = {k: v for k, v in numbers.items() if isinstance(v, (int, float, str)) or v is None}
+    numbers = numbers_of(rule)
+    if numbers is not None:
+        written = numbers.model_dump(mode="json")
+        scalars = {k: v for k, v in written.items() if isinstance(v, (int, float, str)) or v is None}
         if scalars:
             lines.append("numbers: " + ", ".join(f"{k}={v}" for k, v in scalars.items()))
     return "\n".join(lines)

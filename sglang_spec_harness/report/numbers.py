@@ -7,8 +7,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_spec_harness.rundir import as_object
+from pydantic import ValidationError
+
 from sglang_spec_harness.report.data import ReportData, plottable
+from sglang_spec_harness.rundir.rule_numbers import AcceptLengthNumbers, KernelObservation, TpotGainNumbers, numbers_of
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -73,22 +75,17 @@ class TpotNumbers:
 def tpot_numbers(data: ReportData) -> TpotNumbers:
     """From the tpot_gain rule when there is one, else the plain ratio of medians of the trials."""
     rules = data.rules_of_kind("tpot_gain")
-    if rules and isinstance(rules[0].get("numbers"), dict):
-        n = rules[0]["numbers"]
-
-        def num(key: str) -> float | None:
-            return plottable(n.get(key))
-
+    if rules and isinstance(n := numbers_of(rules[0]), TpotGainNumbers):
         return TpotNumbers(
-            baseline_ms=_floats(n.get("baseline_ms")),
-            candidate_ms=_floats(n.get("candidate_ms")),
-            ratio=num("ratio"),
-            ci_low=num("ci_low"),
-            ci_high=num("ci_high"),
-            confidence=num("confidence"),
-            p_value=num("p_value"),
-            min_gain=num("min_gain"),
-            min_detectable_gain=num("min_detectable_gain"),
+            baseline_ms=_floats(n.baseline_ms),
+            candidate_ms=_floats(n.candidate_ms),
+            ratio=plottable(n.ratio),
+            ci_low=plottable(n.ci_low),
+            ci_high=plottable(n.ci_high),
+            confidence=plottable(n.confidence),
+            p_value=plottable(n.p_value),
+            min_gain=plottable(n.min_gain),
+            min_detectable_gain=plottable(n.min_detectable_gain),
             rule=str(rules[0].get("name")),
         )
     base = [v for t in data.trials_of("baseline", "timed") if (v := t.number("median_tpot_ms")) is not None]
@@ -116,9 +113,8 @@ def accept_line(data: ReportData) -> str:
     ]
     text = "Accept length: " + ("; ".join(parts) if parts else "no timed trial reported one")
     rules = data.rules_of_kind("accept_length")
-    if rules and isinstance(rules[0].get("numbers"), dict):
-        n = rules[0]["numbers"]
-        ratio, low, high, tolerance = (plottable(n.get(k)) for k in ("ratio", "ci_low", "ci_high", "rel_tolerance"))
+    if rules and isinstance(n := numbers_of(rules[0]), AcceptLengthNumbers):
+        ratio, low, high, tolerance = (plottable(v) for v in (n.ratio, n.ci_low, n.ci_high, n.rel_tolerance))
         if ratio is not None:
             text += f"; ratio {ratio:.4f}"
             if low is not None and high is not None:
@@ -128,55 +124,28 @@ def accept_line(data: ReportData) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class CountRow:
-    """A pattern count in one region of one variant's profiled trial (one rank)."""
-
-    variant: str
-    trial: str
-    rank: str
-    region: str
-    pattern: str
-    unit: str  # graph_launch | span
-    replays: int
-    total: int
-    per_replay_min: float | None
-    per_replay_max: float | None
-
-
-def counts_from_rules(data: ReportData) -> list[CountRow]:
-    """The observations of the kernel_count rules (the regions and patterns the rules name)."""
-    rows: list[CountRow] = []
-    seen: set[tuple[str, ...]] = set()  # (variant, trial, rank, region, pattern)
+def counts_from_rules(data: ReportData) -> list[KernelObservation]:
+    """The observations of the kernel_count rules (the regions and patterns the rules name), each
+    once; one that does not read as an observation (a damaged results.json) is left out."""
+    rows: list[KernelObservation] = []
+    seen: set[tuple[str, str, int, str, str]] = set()
     for rule in data.rules_of_kind("kernel_count"):
-        numbers = as_object(rule.get("numbers"))
-        for obs in numbers.get("observations") or []:
-            if not isinstance(obs, dict):
+        observations = rule.get("numbers", {}).get("observations") if isinstance(rule.get("numbers"), dict) else None
+        for obs in observations if isinstance(observations, list) else []:
+            try:
+                row = KernelObservation.model_validate(obs)
+            except ValidationError:
                 continue
-            key = tuple(str(obs.get(k)) for k in ("variant", "trial", "rank", "region", "pattern"))
-            if key in seen:
-                continue
-            seen.add(key)
-            rows.append(
-                CountRow(
-                    variant=str(obs.get("variant")),
-                    trial=str(obs.get("trial")),
-                    rank=str(obs.get("rank")),
-                    region=str(obs.get("region")),
-                    pattern=str(obs.get("pattern")),
-                    unit=str(obs.get("unit") or ""),
-                    replays=int(obs.get("replays") or 0),
-                    total=int(obs.get("total") or 0),
-                    per_replay_min=obs.get("per_replay_min"),
-                    per_replay_max=obs.get("per_replay_max"),
-                )
-            )
+            key = (row.variant, row.trial, row.rank, row.region, row.pattern)
+            if key not in seen:
+                seen.add(key)
+                rows.append(row)
     return rows
 
 
-def count_lines(rows: list[CountRow], pattern: str = "softmax") -> list[str]:
+def count_lines(rows: list[KernelObservation], pattern: str = "softmax") -> list[str]:
     """`REGION: baseline 2/replay (24 in 12 replays), candidate 0/replay (0 in 12)` per region."""
-    by_region: dict[str, dict[str, list[CountRow]]] = {}
+    by_region: dict[str, dict[str, list[KernelObservation]]] = {}
     for row in rows:
         if row.pattern == pattern:
             by_region.setdefault(row.region, {}).setdefault(row.variant, []).append(row)
@@ -184,7 +153,7 @@ def count_lines(rows: list[CountRow], pattern: str = "softmax") -> list[str]:
     for region, per_variant in by_region.items():
         parts = []
         for variant, vrows in per_variant.items():
-            total = sum(r.total for r in vrows)
+            total = sum(r.total or 0 for r in vrows)
             replays = sum(r.replays for r in vrows)
             hi = max((r.per_replay_max for r in vrows if r.per_replay_max is not None), default=None)
             lo = min((r.per_replay_min for r in vrows if r.per_replay_min is not None), default=None)

@@ -16,12 +16,11 @@ run's own answer.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from sglang_spec_harness.rundir.models import LookRecord
+from sglang_spec_harness.rundir.models import LookRecord, TpotGainResult
+from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.rundir.read import load_run_dir
 from sglang_spec_harness.scenario import KernelCountCheck, Scenario, TpotGainCheck
 from sglang_spec_harness.verdict.verdicts import FAIL, PASS
@@ -78,13 +77,13 @@ def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rou
         alpha, _ = look_levels(check, fractions, budget.spending)[-1]
         results.append(tpot_rule_at(run, check, alpha))
     first = results[0]
-    n: dict[str, Any] = first.numbers
-    nested = n.get("nested") or {}
+    n = first.numbers
+    nested = n.nested or NestedFitNumbers()
     record = dict(kind="tpot", rounds=rounds, launches_per_arm=launches_per_arm, fraction=fractions[-1],
                   nominal_alpha=look_levels(checks[0], fractions, budget.spending)[-1][0],
-                  verdict=str(first.verdict), ratio=n.get("ratio"), ci_low=n.get("ci_low"), ci_high=n.get("ci_high"),
-                  min_detectable_gain=n.get("min_detectable_gain"), sd_launch=nested.get("sd_launch"),
-                  sd_block=nested.get("sd_block"), df=nested.get("df"), elapsed_s=round(elapsed_s, 3))
+                  verdict=str(first.verdict), ratio=n.ratio, ci_low=n.ci_low, ci_high=n.ci_high,
+                  min_detectable_gain=n.min_detectable_gain, sd_launch=nested.sd_launch,
+                  sd_block=nested.sd_block, df=nested.df, elapsed_s=round(elapsed_s, 3))
     nxt = _next(scenario, results, rounds=rounds, launches_per_arm=launches_per_arm, nested=nested,
                 elapsed_s=elapsed_s, per_round_s=per_round_s, launch_s=launch_s)
     action = "stop" if nxt.stop else (f"add {nxt.rounds} rounds" + (
@@ -92,15 +91,16 @@ def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rou
     return LookRecord(**record, action=action, reason=nxt.why), nxt
 
 
-def _next(scenario: Scenario, results: list[Any], *, rounds: int, launches_per_arm: int, nested: dict[str, Any],
+def _next(scenario: Scenario, results: list[TpotGainResult], *, rounds: int, launches_per_arm: int,
+          nested: NestedFitNumbers,
           elapsed_s: float, per_round_s: float, launch_s: float) -> Next:
     spec = scenario.trials
     budget = spec.budget
     assert budget is not None
     if all(r.verdict in (PASS, FAIL) for r in results):
         return Next(True, "decisive: " + "; ".join(f"{r.name} {r.verdict}" for r in results))
-    mde = results[0].numbers.get("min_detectable_gain")
-    detect = f"; at this point it detects gains >= {mde:.2%}" if isinstance(mde, float) else ""
+    mde = results[0].numbers.min_detectable_gain
+    detect = f"; at this point it detects gains >= {mde:.2%}" if mde is not None else ""
     if rounds >= budget.max_rounds:
         return Next(True, f"budget spent: {rounds} of {budget.max_rounds} rounds{detect}")
     add = min(spec.stage_rounds, budget.max_rounds - rounds)
@@ -115,23 +115,23 @@ def _next(scenario: Scenario, results: list[Any], *, rounds: int, launches_per_a
         return Next(False, f"not decisive ({results[0].verdict}); budget.grow launches: one more launch per arm{detect}",
                     add, launches_per_arm + 1)
     if grow:
-        why = (f"launch-to-launch sd {nested['sd_launch']:.2%} over {launches_per_arm} launches per arm outweighs "
-               f"block-to-block sd {nested['sd_block']:.2%} over {rounds} rounds: one more launch per arm")
+        why = (f"launch-to-launch sd {nested.sd_launch:.2%} over {launches_per_arm} launches per arm outweighs "
+               f"block-to-block sd {nested.sd_block:.2%} over {rounds} rounds: one more launch per arm")
         return Next(False, why, add, launches_per_arm + 1)
     if launch_bound:  # no launch left: rounds are all a stage can add (they narrow the launch estimate, not the term)
-        why = (f"launch-to-launch sd {nested['sd_launch']:.2%} outweighs block-to-block sd {nested['sd_block']:.2%}, "
+        why = (f"launch-to-launch sd {nested.sd_launch:.2%} outweighs block-to-block sd {nested.sd_block:.2%}, "
                f"but max_launches ({spec.max_launches_per_arm}) is reached: more rounds")
-    elif nested.get("sd_block") is not None:
+    elif nested.sd_block is not None:
         why = "block-to-block noise is the larger part: more rounds"
     else:
         why = "more rounds"
     return Next(False, f"not decisive ({results[0].verdict}); {why}{detect}", add, launches_per_arm)
 
 
-def launch_noise_dominates(nested: dict[str, Any], rounds: int, launches_per_arm: int) -> bool:
+def launch_noise_dominates(nested: NestedFitNumbers, rounds: int, launches_per_arm: int) -> bool:
     """The launch term of the log-ratio variance (sd_launch^2 / launches) against the block term
     (sd_block^2 / rounds): adding a launch shrinks the first, adding rounds the second."""
-    sd_launch, sd_block = nested.get("sd_launch"), nested.get("sd_block")
-    if not isinstance(sd_launch, float) or not isinstance(sd_block, float) or math.isnan(sd_launch):
+    sd_launch, sd_block = nested.sd_launch, nested.sd_block
+    if sd_launch is None or sd_block is None:  # finite or None (rule_numbers)
         return False
     return sd_launch**2 / launches_per_arm > sd_block**2 / max(1, rounds)

@@ -150,6 +150,33 @@ def _short(text: str) -> str:
     return text if len(text) <= ERROR_TEXT_LIMIT else text[:ERROR_TEXT_LIMIT] + "..."
 
 
+def _add_output_ids(output_ids: list[int], ids: Any, completion_tokens: Any) -> None:
+    """Adds a stream chunk's `output_ids` to those received so far, in place."""
+    if not isinstance(ids, list):
+        return
+    before = len(output_ids)
+    # SGLang streams cumulative ids by default, incremental ones with
+    # --incremental-streaming-output: the completion count tells which.
+    if len(ids) == completion_tokens or (len(ids) >= before and ids[:before] == output_ids and before > 0):
+        output_ids[:] = ids
+    else:
+        output_ids.extend(ids)
+
+
+def _complete_record(record: RequestRow, meta: dict[str, Any], received_tokens: int, e2e_ms: float) -> None:
+    """Fills the record's totals from the last meta_info once the stream has ended."""
+    record.e2e_ms = e2e_ms
+    record.prompt_tokens = _count(meta.get("prompt_tokens"))
+    record.completion_tokens = int(meta.get("completion_tokens", received_tokens))
+    verify = meta.get("spec_verify_ct")
+    record.spec_verify_ct = int(verify) if verify is not None else None
+    record.finish_reason = _finish_reason(meta.get("finish_reason"))
+    if record.ttft_ms is not None and record.completion_tokens > 1:
+        record.tpot_ms = (record.e2e_ms - record.ttft_ms) / (record.completion_tokens - 1)
+    if record.error is None and record.completion_tokens == 0:
+        record.error = "no tokens generated"
+
+
 async def send_request(
     client: httpx.AsyncClient,
     base_url: str,
@@ -158,6 +185,7 @@ async def send_request(
     *,
     max_new_tokens: int | None = None,
 ) -> RequestRow:
+    """One streamed /generate request, timed chunk by chunk; a failure is the record's error, never raised."""
     record = RequestRow.sent(prompt.index, prompt.warmup)
     output_ids = record.output_ids  # sent() starts it empty; filled in place as the chunks arrive
     assert output_ids is not None
@@ -197,17 +225,8 @@ async def send_request(
                     record.error = f"server error: {_short(json.dumps(chunk['error']))}"
                     return record
                 meta = chunk.get("meta_info") or meta
-                ids = chunk.get("output_ids")
                 before = len(output_ids)
-                if isinstance(ids, list):
-                    # SGLang streams cumulative ids by default, incremental ones with
-                    # --incremental-streaming-output: the completion count tells which.
-                    if len(ids) == meta.get("completion_tokens", -1) or (
-                        len(ids) >= before and ids[:before] == output_ids and before > 0
-                    ):
-                        output_ids[:] = ids
-                    else:
-                        output_ids.extend(ids)
+                _add_output_ids(output_ids, chunk.get("output_ids"), meta.get("completion_tokens", -1))
                 if len(output_ids) > before:
                     if record.ttft_ms is None:
                         record.ttft_ms = (now - start) * 1000
@@ -224,16 +243,7 @@ async def send_request(
     end = last_chunk_at if last_chunk_at is not None else time.perf_counter()
     if not done:
         record.error = "stream ended without `data: [DONE]`"
-    record.e2e_ms = (end - start) * 1000
-    record.prompt_tokens = _count(meta.get("prompt_tokens"))
-    record.completion_tokens = int(meta.get("completion_tokens", len(output_ids)))
-    verify = meta.get("spec_verify_ct")
-    record.spec_verify_ct = int(verify) if verify is not None else None
-    record.finish_reason = _finish_reason(meta.get("finish_reason"))
-    if record.ttft_ms is not None and record.completion_tokens > 1:
-        record.tpot_ms = (record.e2e_ms - record.ttft_ms) / (record.completion_tokens - 1)
-    if record.error is None and record.completion_tokens == 0:
-        record.error = "no tokens generated"
+    _complete_record(record, meta, len(output_ids), (end - start) * 1000)
     return record
 
 

@@ -15,15 +15,27 @@ means to write, and a record read back is written as it was.
 from __future__ import annotations
 
 import datetime as _dt
-import math
-from enum import Enum
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WrapValidator
 from pydantic.dataclasses import dataclass
 
-from sglang_spec_harness.traces.schema import FileAnalysis
+from sglang_spec_harness.rundir.rule_numbers import (
+    AaNoiseNumbers,
+    AcceptLengthChangeNumbers,
+    AcceptLengthNumbers,
+    ExplainedGainNumbers,
+    KernelCountChangeNumbers,
+    KernelCountNumbers,
+    Numbers,
+    OutputChangeNumbers,
+    OutputIdentityNumbers,
+    TpotChangeNumbers,
+    TpotGainNumbers,
+    ValidityNumbers,
+    plain,
+)
+from sglang_spec_harness.traces.schema import TraceAnalysis
 from sglang_spec_harness.verdict.verdicts import Verdict
 
 # The version of the run directory's versioned records (run.json, analysis.json, environment.json,
@@ -232,15 +244,9 @@ class RequestRow(_Record):
 # ---- analysis.json ---------------------------------------------------------------------------------
 
 
-class TrialAnalysis(_Record):
-    """analysis.json `trials.<trial>`: the trace analysis of one profiled trial (the document of
-    sglang_spec_harness.traces.TraceAnalysis). The checks read its per-file facts; the rest is kept as written."""
-
-    schema_version: Any = None
-    patterns: Any = None
-    region_table: Any = None
-    files: list[FileAnalysis] = Field(default_factory=list)  # one per trace file (TP rank)
-    combined: Any = None
+# analysis.json `trials.<trial>`: the trace analysis of one profiled trial, the same record that
+# `sglang_spec_harness.traces.analyze_traces` returns and `harness analyze --json` prints.
+TrialAnalysis = TraceAnalysis
 
 
 class AnalysisRecord(_Record):
@@ -274,25 +280,6 @@ class EnvironmentRecord(_Record):
 # ---- results.json ----------------------------------------------------------------------------------
 
 
-def plain(value: Any) -> Any:
-    """Plain JSON values: numpy scalars to Python, non-finite floats to None (the statistics compute
-    with numpy, and a NaN must never reach a record)."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, Enum):  # a Verdict: its string
-        return value.value
-    return value
-
-
 Plain = Annotated[dict[str, Any], BeforeValidator(plain)]
 
 
@@ -305,10 +292,19 @@ class Precondition:
     detail: str = ""
 
 
-@dataclass
-class RuleResult:
-    """results.json `rules[]`: one rule's verdict, why, and the numbers behind it (by kind:
-    docs/internals.md, "results.json")."""
+def _kind_required(schema: dict[str, Any]) -> None:
+    """Each kind's `kind` has its one value as a default (for the constructors), but a rule in a
+    file must name its kind: the reader picks the model by it."""
+    required = schema.setdefault("required", [])
+    if "kind" not in required:
+        required.insert(1, "kind")
+
+
+class RuleResultBase(BaseModel):
+    """results.json `rules[]`: one rule's verdict, why, and the numbers behind it. One subclass per
+    kind, whose `numbers` are that kind's model (sglang_spec_harness.rundir.rule_numbers)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_kind_required)
 
     name: str
     kind: str
@@ -316,8 +312,78 @@ class RuleResult:
     verdict: Verdict
     reason: str
     params: Plain  # the rule as written in the scenario
-    numbers: Plain = Field(default_factory=dict)
+    numbers: Numbers
     preconditions: list[Precondition] = Field(default_factory=list)
+
+
+class ValidityResult(RuleResultBase):
+    kind: Literal["validity"] = "validity"
+    numbers: ValidityNumbers = Field(default_factory=ValidityNumbers)
+
+
+class KernelCountResult(RuleResultBase):
+    kind: Literal["kernel_count"] = "kernel_count"
+    numbers: KernelCountNumbers = Field(default_factory=KernelCountNumbers)
+
+
+class AcceptLengthResult(RuleResultBase):
+    kind: Literal["accept_length"] = "accept_length"
+    numbers: AcceptLengthNumbers = Field(default_factory=AcceptLengthNumbers)
+
+
+class OutputIdentityResult(RuleResultBase):
+    kind: Literal["output_identity"] = "output_identity"
+    numbers: OutputIdentityNumbers = Field(default_factory=OutputIdentityNumbers)
+
+
+class TpotGainResult(RuleResultBase):
+    kind: Literal["tpot_gain"] = "tpot_gain"
+    numbers: TpotGainNumbers = Field(default_factory=TpotGainNumbers)
+
+
+class ExplainedGainResult(RuleResultBase):
+    kind: Literal["explained_gain"] = "explained_gain"
+    numbers: ExplainedGainNumbers = Field(default_factory=ExplainedGainNumbers)
+
+
+class AaNoiseResult(RuleResultBase):
+    kind: Literal["aa_noise"] = "aa_noise"
+    numbers: AaNoiseNumbers = Field(default_factory=AaNoiseNumbers)
+
+
+class TpotChangeResult(RuleResultBase):
+    kind: Literal["tpot_change"] = "tpot_change"
+    numbers: TpotChangeNumbers = Field(default_factory=TpotChangeNumbers)
+
+
+class AcceptLengthChangeResult(RuleResultBase):
+    kind: Literal["accept_length_change"] = "accept_length_change"
+    numbers: AcceptLengthChangeNumbers = Field(default_factory=AcceptLengthChangeNumbers)
+
+
+class OutputChangeResult(RuleResultBase):
+    kind: Literal["output_change"] = "output_change"
+    numbers: OutputChangeNumbers = Field(default_factory=OutputChangeNumbers)
+
+
+class KernelCountChangeResult(RuleResultBase):
+    kind: Literal["kernel_count_change"] = "kernel_count_change"
+    numbers: KernelCountChangeNumbers = Field(default_factory=KernelCountChangeNumbers)
+
+
+_RESULTS: tuple[type[RuleResultBase], ...] = (
+    ValidityResult, KernelCountResult, AcceptLengthResult, OutputIdentityResult, TpotGainResult,
+    ExplainedGainResult, AaNoiseResult, TpotChangeResult, AcceptLengthChangeResult, OutputChangeResult,
+    KernelCountChangeResult,
+)
+RESULT_OF_KIND: dict[str, type[RuleResultBase]] = {cls.model_fields["kind"].default: cls for cls in _RESULTS}
+# A rule of results.json, validated by its kind: each kind's numbers are its own model.
+RuleResult = Annotated[
+    ValidityResult | KernelCountResult | AcceptLengthResult | OutputIdentityResult | TpotGainResult
+    | ExplainedGainResult | AaNoiseResult | TpotChangeResult | AcceptLengthChangeResult | OutputChangeResult
+    | KernelCountChangeResult,
+    Field(discriminator="kind"),
+]
 
 
 def _utc_now() -> str:

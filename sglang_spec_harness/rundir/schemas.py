@@ -4,9 +4,9 @@ models that the harness itself reads them with (sglang_spec_harness.rundir.model
 `scripts/json_schemas.py` regenerates them and `make lint` fails when they differ from the models.
 
 A schema says what the harness's reader accepts (pydantic's validation mode): unknown fields are
-allowed (a newer harness may add some), and fields the models type as `Any` (analysis.json's
-`patterns`, `region_table`, `combined`; results.json's free-form `numbers`, `params`, `variants`)
-are unconstrained there.
+allowed (a newer harness may add some), and fields the models type as `Any` (results.json's
+free-form `params`, `variants`) are unconstrained there. results.json's rules are one schema per rule
+kind, chosen by `kind`, each with its kind's numbers.
 """
 
 from __future__ import annotations

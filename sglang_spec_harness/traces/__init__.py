@@ -3,7 +3,8 @@
 Public API (imported lazily, so that `harness --help` stays instant):
     analyze_traces(paths, patterns=None, regions=None, *, replace_default_regions=False,
                    subject="auto") -> TraceAnalysis
-    TraceAnalysis (.to_json_dict(), .from_json_dict(), .count(), *_frame() accessors)
+    TraceAnalysis (.to_json_dict(), .from_json_dict(), .count(), *_frame() accessors; `views`:
+                   what the report draws, TraceViews)
     count_in_graph_replays(trace_or_profile, pattern, region) -> ReplayCounts  (for unit tests;
                    raises CountUnavailable where the trace cannot support the count)
     CountRow, PatternTotal, Validity, FileAnalysis, CombinedAnalysis, TopOp, OpTable  (schema)
@@ -16,7 +17,8 @@ import importlib
 
 _EXPORTS = {
     "analyze_traces": "sglang_spec_harness.traces.analysis",
-    "TraceAnalysis": "sglang_spec_harness.traces.analysis",
+    "TraceAnalysis": "sglang_spec_harness.traces.schema",
+    "TraceViews": "sglang_spec_harness.traces.schema",
     "count_in_graph_replays": "sglang_spec_harness.traces.replays",
     "ReplayCounts": "sglang_spec_harness.traces.replays",
     "CountUnavailable": "sglang_spec_harness.traces.replays",

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Literal, TypeVar, get_args
 
 import pandas as pd
-from pydantic import PrivateAttr
-
 from sglang_spec_harness.traces import counting
 from sglang_spec_harness.traces.attribution import Attribution, attribute
 from sglang_spec_harness.traces.model import TraceTables
@@ -19,7 +17,6 @@ from sglang_spec_harness.traces.patterns import NamedPattern, count_patterns
 from sglang_spec_harness.traces.readers import read_trace
 from sglang_spec_harness.traces.regions import NO_REGION, RegionTable, region_table
 from sglang_spec_harness.traces.schema import (
-    SCHEMA_VERSION,
     CombinedAnalysis,
     CountRow,
     FileAnalysis,
@@ -28,10 +25,11 @@ from sglang_spec_harness.traces.schema import (
     RankSource,
     RegionRule,
     Subject,
+    TraceAnalysis,
     Unit,
     Validity,
-    _Model,
 )
+from sglang_spec_harness.traces.views import trace_views
 
 
 _SUBJECT_CHOICES: tuple[Subject | Literal["auto"], ...] = ("auto", "gpu_ops", "cpu_ops")
@@ -47,112 +45,78 @@ class FileTables:
     items: counting.Items
 
 
-class TraceAnalysis(_Model):
-    """The analysis document. `to_json_dict()` is what `harness analyze --json` prints."""
+# -- TraceAnalysis's tables ----------------------------------------------------------------------
+# (the model is in traces/schema.py; its frame methods call these)
 
-    schema_version: int = SCHEMA_VERSION
-    patterns: dict[str, str]
-    region_table: list[RegionRule]
-    files: list[FileAnalysis]
-    combined: CombinedAnalysis
-    _tables: list[FileTables] = PrivateAttr(default_factory=list)
 
-    def to_json_dict(self) -> dict:
-        return self.model_dump(mode="json")
+def kernels_per_launch_frame(analysis: TraceAnalysis) -> pd.DataFrame:
+    rows = [{"file": f.path, "rank": f.rank, "kernels": k, "launches": n}
+            for f in analysis.files for k, n in sorted((f.kernels_per_graph_launch or {}).items())]
+    return pd.DataFrame(rows, columns=["file", "rank", "kernels", "launches"])
 
-    @classmethod
-    def from_json_dict(cls, data: Mapping) -> TraceAnalysis:
-        return cls.model_validate(data)
 
-    # -- look-ups the checks use ---------------------------------------------------------------
-    def count(self, region: str, pattern: str, unit: str = "graph_launch", file: int | None = None) -> CountRow | None:
-        """The row for (region, unit, pattern) of one file (index) or of all files combined."""
-        rows = self.combined.counts if file is None else self.files[file].counts
-        return next((r for r in rows if (r.region, r.unit, r.pattern) == (region, unit, pattern)), None)
+def op_table_frame(analysis: TraceAnalysis) -> pd.DataFrame:
+    """Every op name per region and unit, one row each (file = "combined" for all files): region,
+    unit, replays, known, name, total, per_replay_min/median/max, time_us."""
+    columns = ["file", "rank", "region", "unit", "replays", "known", "name", "total", "per_replay_min",
+               "per_replay_median", "per_replay_max", "time_us"]
+    sources: list[tuple[str, int | None, list[OpTable]]] = [(f.path, f.rank, f.op_tables) for f in analysis.files]
+    sources.append(("combined", None, analysis.combined.op_tables))
+    rows = [(path, rank, t.region, t.unit, t.replays, t.known, op.name, op.total, op.per_replay_min,
+             op.per_replay_median, op.per_replay_max, op.time_us)
+            for path, rank, tables in sources for t in tables for op in t.rows()]
+    return pd.DataFrame(rows, columns=columns)
 
-    # -- tables (from the document itself) ------------------------------------------------------
-    def counts_frame(self) -> pd.DataFrame:
-        """One row per file, region, unit and pattern (file = "combined" for all files)."""
-        rows = [
-            {"file": f.path, "rank": f.rank, **r.model_dump(exclude={"per_replay_histogram", "matched_names"})}
-            for f in self.files for r in f.counts
-        ]
-        rows += [{"file": "combined", "rank": None, **r.model_dump(exclude={"per_replay_histogram", "matched_names"})}
-                 for r in self.combined.counts]
-        return pd.DataFrame(rows)
 
-    def kernels_per_launch_frame(self) -> pd.DataFrame:
-        """kernels in a graph launch -> launches, per file."""
-        rows = [{"file": f.path, "rank": f.rank, "kernels": k, "launches": n}
-                for f in self.files for k, n in sorted((f.kernels_per_graph_launch or {}).items())]
-        return pd.DataFrame(rows, columns=["file", "rank", "kernels", "launches"])
+def launches_frame(analysis: TraceAnalysis) -> pd.DataFrame:
+    """Every launch: name, pid, tid, ts, dur (CPU call), is_graph, region, label (the span that
+    gave the region), kernels, gpu_ops, gpu_start, gpu_end, and `count:NAME` per pattern."""
+    frames = []
+    for file, tables in zip(analysis.files, _trace_tables(analysis)):
+        launches = tables.attribution.launches.drop(columns=["span"])
+        for name, hit in tables.items.match.items():
+            ops = tables.items.frame
+            per_launch = pd.Series(hit, index=ops.index).groupby(ops["launch"].to_numpy()).sum()
+            launches[f"count:{name}"] = per_launch.reindex(range(len(launches)), fill_value=0).to_numpy()
+        frames.append(launches.assign(file=file.path, rank=file.rank))
+    return _concat(frames)
 
-    def top_ops_frame(self) -> pd.DataFrame:
-        rows = [{"file": f.path, "rank": f.rank, **t.model_dump()} for f in self.files for t in f.top_ops]
-        return pd.DataFrame(rows, columns=["file", "rank", "region", "unit", "name", "count", "time_us"])
 
-    def op_table_frame(self) -> pd.DataFrame:
-        """Every op name per region and unit, one row each (file = "combined" for all files): region,
-        unit, replays, known, name, total, per_replay_min/median/max, time_us."""
-        columns = ["file", "rank", "region", "unit", "replays", "known", "name", "total", "per_replay_min",
-                   "per_replay_median", "per_replay_max", "time_us"]
-        sources = [(f.path, f.rank, f.op_tables) for f in self.files] + [("combined", None, self.combined.op_tables)]
-        rows = [(path, rank, t.region, t.unit, t.replays, t.known, op.name, op.total, op.per_replay_min,
-                 op.per_replay_median, op.per_replay_max, op.time_us)
-                for path, rank, tables in sources for t in tables for op in t.rows()]
-        return pd.DataFrame(rows, columns=columns)
+def ops_frame(analysis: TraceAnalysis) -> pd.DataFrame:
+    """Every counted op (GPU ops, or CPU ops on a CPU trace) with ts, dur, launch, is_graph,
+    region: enough to draw a timeline of one cycle."""
+    frames = []
+    for file, tables in zip(analysis.files, _trace_tables(analysis)):
+        frame = tables.items.frame.copy()
+        spans = tables.attribution.spans
+        frame["span_name"] = frame["span"].map(spans["name"].astype(object)) if len(spans) else None
+        for name, hit in tables.items.match.items():
+            frame[f"match:{name}"] = hit
+        frames.append(frame.assign(file=file.path, rank=file.rank))
+    return _concat(frames)
 
-    def validity_frame(self) -> pd.DataFrame:
-        rows = [{"file": f.path, "rank": f.rank, **f.validity.model_dump(exclude={"region_instances", "warnings"})}
-                for f in self.files]
-        return pd.DataFrame(rows)
 
-    # -- tables of the traces themselves (only after analyze_traces, not from JSON) -------------
-    def launches_frame(self) -> pd.DataFrame:
-        """Every launch: name, pid, tid, ts, dur (CPU call), is_graph, region, label (the span that
-        gave the region), kernels, gpu_ops, gpu_start, gpu_end, and `count:NAME` per pattern."""
-        frames = []
-        for index, tables in enumerate(self._trace_tables()):
-            launches = tables.attribution.launches.drop(columns=["span"])
-            for name, hit in tables.items.match.items():
-                ops = tables.items.frame
-                per_launch = pd.Series(hit, index=ops.index).groupby(ops["launch"].to_numpy()).sum()
-                launches[f"count:{name}"] = per_launch.reindex(range(len(launches)), fill_value=0).to_numpy()
-            frames.append(launches.assign(file=self.files[index].path, rank=self.files[index].rank))
-        return _concat(frames)
+def instances_frame(analysis: TraceAnalysis, region: str, pattern: str, unit: str = "graph_launch") -> pd.DataFrame:
+    """The instances behind `count(region, pattern, unit)`'s per-replay figures, one row each:
+    file, rank, ts (its CPU start) and `count` (the matches of `pattern` in it); file by file,
+    by start. graph_launch: the region's graph launches that recorded GPU ops; span: its spans."""
+    if pattern not in analysis.patterns:
+        raise ValueError(f"instances_frame: no count pattern {pattern!r} in this analysis ({', '.join(analysis.patterns)})")
+    frames = [counting.instance_counts(t.attribution, t.items, pattern, region, unit).assign(file=f.path, rank=f.rank)
+              for f, t in zip(analysis.files, _trace_tables(analysis))]
+    return _concat(frames)[["file", "rank", "ts", "count"]]
 
-    def ops_frame(self) -> pd.DataFrame:
-        """Every counted op (GPU ops, or CPU ops on a CPU trace) with ts, dur, launch, is_graph,
-        region: enough to draw a timeline of one cycle."""
-        frames = []
-        for index, tables in enumerate(self._trace_tables()):
-            frame = tables.items.frame.copy()
-            spans = tables.attribution.spans
-            frame["span_name"] = frame["span"].map(spans["name"].astype(object)) if len(spans) else None
-            for name, hit in tables.items.match.items():
-                frame[f"match:{name}"] = hit
-            frames.append(frame.assign(file=self.files[index].path, rank=self.files[index].rank))
-        return _concat(frames)
 
-    def instances_frame(self, region: str, pattern: str, unit: str = "graph_launch") -> pd.DataFrame:
-        """The instances behind `count(region, pattern, unit)`'s per-replay figures, one row each:
-        file, rank, ts (its CPU start) and `count` (the matches of `pattern` in it); file by file,
-        by start. graph_launch: the region's graph launches that recorded GPU ops; span: its spans."""
-        if pattern not in self.patterns:
-            raise ValueError(f"instances_frame: no count pattern {pattern!r} in this analysis ({', '.join(self.patterns)})")
-        frames = [counting.instance_counts(t.attribution, t.items, pattern, region, unit).assign(file=f.path, rank=f.rank)
-                  for f, t in zip(self.files, self._trace_tables())]
-        return _concat(frames)[["file", "rank", "ts", "count"]]
+def spans_frame(analysis: TraceAnalysis) -> pd.DataFrame:
+    """The region span instances: name, kind, pid, tid, ts, dur, region."""
+    return _concat([t.attribution.spans.assign(file=f.path, rank=f.rank)
+                    for f, t in zip(analysis.files, _trace_tables(analysis))])
 
-    def spans_frame(self) -> pd.DataFrame:
-        """The region span instances: name, kind, pid, tid, ts, dur, region."""
-        return _concat([t.attribution.spans.assign(file=f.path, rank=f.rank)
-                        for f, t in zip(self.files, self._trace_tables())])
 
-    def _trace_tables(self) -> list[FileTables]:
-        if not self._tables:
-            raise RuntimeError("trace tables are only kept by analyze_traces(); this analysis was loaded from JSON")
-        return self._tables
+def _trace_tables(analysis: TraceAnalysis) -> list[FileTables]:
+    if not analysis._tables:
+        raise RuntimeError("trace tables are only kept by analyze_traces(); this analysis was loaded from JSON")
+    return analysis._tables
 
 
 def analyze_traces(
@@ -183,14 +147,25 @@ def analyze_traces(
         file, kept = analyze_file(trace, chosen, table, wanted, position)
         files.append(file)
         tables.append(kept)
+    shown = _shown_file([str(p) for p in paths])
     analysis = TraceAnalysis(
         patterns={p.name: p.regex for p in chosen},
         region_table=[RegionRule(name=n, regex=r) for n, r in table.as_pairs()],
         files=files,
         combined=combine(files, table.region_names),
+        views=trace_views(tables[shown].attribution, chosen, shown),
     )
     analysis._tables = tables
     return analysis
+
+
+def _shown_file(paths: Sequence[str]) -> int:
+    """The file the report's views come from: rank 0's Kineto trace (else the first by name)."""
+    def key(index: int) -> tuple[bool, bool, str]:
+        name = Path(paths[index]).name
+        return ".trace.json" not in name, "-TP-0" not in name, name
+
+    return min(range(len(paths)), key=key)
 
 
 def analyze_file(

@@ -1,5 +1,6 @@
-"""The analysis document (`harness analyze --json`, `analysis.json`): pydantic models that the
-checks and the report import. Field meanings are documented in docs/analysis.md.
+"""The analysis document (`harness analyze --json`, and each trial of a run directory's
+`analysis.json`): pydantic models that the analysis writes and the checks, the report and the
+history read. Field meanings are documented in docs/analysis.md.
 
 Fail-closed conventions: a count that the trace cannot support is `null` with `known: false` and
 a `note`, never 0; validity facts and warnings say how far the counts can be trusted.
@@ -7,9 +8,14 @@ a `note`, never 0; validity facts and warnings say how far the counts can be tru
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 Unit = Literal["graph_launch", "span", "trace"]
@@ -23,9 +29,32 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
+# A region's name: the harness's (DRAFT_DECODE), never an annotation's.
+REGION_NAME = r"^[A-Z][A-Z0-9_]*$"
+
+
+# One row of a region table: a region's name and the regex over trace annotations that maps to it
+# (analysis.json's `region_table`; a scenario's `regions.rules` narrow the name to REGION_NAME, while
+# an analysis may name a region by its own regex: `count_in_graph_replays(trace, p, "my_span.*")`).
+# No docstring: it would enter both JSON Schemas.
 class RegionRule(_Model):
-    name: str
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
     regex: str
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        return value
+
+
+class ScenarioRegionRule(RegionRule):
+    name: str = Field(pattern=REGION_NAME)
 
 
 class CountRow(_Model):
@@ -205,3 +234,170 @@ class CombinedAnalysis(_Model):
     counts: list[CountRow]
     pattern_totals: list[PatternTotal]
     op_tables: list[OpTable] = []  # per-replay statistics over every replay of every file
+
+
+class OpTime(NamedTuple):
+    """One op name's work in one region over the whole trace (`TraceViews.top_op_rows()`)."""
+
+    region: str
+    name: str
+    time_us: float  # summed duration (CPU ops: inclusive of the ops they call)
+    calls: int
+
+
+class CycleBar(NamedTuple):
+    """One bar of the cycle the report draws (`TraceViews.timeline_bars()`): a region instance (lane
+    `regions`) or an op (lane: its stream, or its nesting depth on a CPU thread), times in us from
+    the cycle's start."""
+
+    lane: str
+    name: str
+    start_us: float
+    dur_us: float
+    region: str
+
+
+class _Columns(_Model):
+    """Rows stored by column; `name` indexes `TraceViews.names`."""
+
+    name: list[int]
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> _Columns:
+        lengths = {len(getattr(self, field)) for field in type(self).model_fields}
+        if len(lengths) > 1:
+            raise ValueError("columns of different lengths")
+        return self
+
+
+class OpTimes(_Columns):
+    region: list[str]
+    time_us: list[float]
+    calls: list[int]
+
+
+class CycleTimeline(_Columns):
+    lane: list[str]
+    start_us: list[float]
+    dur_us: list[float]
+    region: list[str]
+
+
+class TraceViews(_Model):
+    """What the report shows of a profiled trial besides the counts, computed from one of its trace
+    files when it is analysed, so that the report never reads a trace (traces/views.py). Bounded:
+    the top ops are the TOP_OPS names with the most time per region and every name a count pattern
+    matches; the timeline is one complete decoding cycle from the middle of the trace, at most
+    MAX_TIMELINE_UNITS region instances and MAX_TIMELINE_OPS ops. Stored by column, each name once
+    in `names`: a GPU kernel's name runs to hundreds of characters, and a cycle repeats a few dozen
+    names hundreds of times."""
+
+    file: int  # the index in `files` of the trace it comes from (rank 0's Kineto trace)
+    unit: Literal["kernels", "cpu_ops"]  # GPU kernels and their time, or CPU ops and span wall time
+    cycles: int  # target verifies (distinct spans): a decoding cycle each; per-cycle figures divide by it
+    # region -> its time in the trace: GPU kernel time, or the wall time of its spans (CPU ops
+    # nest, so their times would count twice); regions other than `(none)`
+    region_time_us: dict[str, float]
+    names: list[str]
+    top_ops: OpTimes  # by region, then name
+    timeline: CycleTimeline  # no rows: no complete cycle in the trace
+
+    @model_validator(mode="after")
+    def _names_known(self) -> TraceViews:
+        if any(not 0 <= i < len(self.names) for i in [*self.top_ops.name, *self.timeline.name]):
+            raise ValueError("a name index outside `names`")
+        return self
+
+    @classmethod
+    def of(cls, *, file: int, unit: Literal["kernels", "cpu_ops"], cycles: int, region_time_us: dict[str, float],
+           top_ops: Sequence[OpTime], bars: Sequence[CycleBar]) -> TraceViews:
+        index: dict[str, int] = {}
+        for name in [*(o.name for o in top_ops), *(b.name for b in bars)]:
+            index.setdefault(name, len(index))
+        return cls(
+            file=file, unit=unit, cycles=cycles, region_time_us=region_time_us, names=list(index),
+            top_ops=OpTimes(region=[o.region for o in top_ops], name=[index[o.name] for o in top_ops],
+                            time_us=[o.time_us for o in top_ops], calls=[o.calls for o in top_ops]),
+            timeline=CycleTimeline(lane=[b.lane for b in bars], name=[index[b.name] for b in bars],
+                                   start_us=[b.start_us for b in bars], dur_us=[b.dur_us for b in bars],
+                                   region=[b.region for b in bars]),
+        )
+
+    def top_op_rows(self) -> list[OpTime]:
+        t = self.top_ops
+        return [OpTime(region, self.names[name], time, calls)
+                for region, name, time, calls in zip(t.region, t.name, t.time_us, t.calls)]
+
+    def timeline_bars(self) -> list[CycleBar]:
+        t = self.timeline
+        return [CycleBar(lane, self.names[name], start, dur, region)
+                for lane, name, start, dur, region in zip(t.lane, t.name, t.start_us, t.dur_us, t.region)]
+
+
+class TraceAnalysis(BaseModel):
+    """The analysis of one set of trace files (a profiled trial: one per TP rank). What
+    `analyze_traces` returns and `harness analyze --json` prints, and each trial of analysis.json.
+
+    Unknown top-level fields are kept (analysis.json is read as hostile data, and a newer harness may
+    add some); the per-file facts are closed. `views` is absent from documents written before it.
+    The frame accessors are pandas tables (traces/analysis.py); `launches_frame`, `ops_frame`,
+    `instances_frame` and `spans_frame` read the traces themselves, so only after `analyze_traces`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    patterns: dict[str, str]
+    region_table: list[RegionRule]
+    files: list[FileAnalysis]
+    combined: CombinedAnalysis
+    views: TraceViews | None = None
+    _tables: list[Any] = PrivateAttr(default_factory=list)  # traces/analysis.py FileTables, per file
+
+    def to_json_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping) -> TraceAnalysis:
+        return cls.model_validate(data)
+
+    def count(self, region: str, pattern: str, unit: str = "graph_launch", file: int | None = None) -> CountRow | None:
+        """The row for (region, unit, pattern) of one file (index) or of all files combined."""
+        rows = self.combined.counts if file is None else self.files[file].counts
+        return next((r for r in rows if (r.region, r.unit, r.pattern) == (region, unit, pattern)), None)
+
+    # The tables: computed in traces/analysis.py (pandas and the trace tables stay out of this module).
+    def kernels_per_launch_frame(self) -> pd.DataFrame:
+        """kernels in a graph launch -> launches, per file."""
+        from sglang_spec_harness.traces import analysis
+
+        return analysis.kernels_per_launch_frame(self)
+
+    def op_table_frame(self) -> pd.DataFrame:
+        """Every op name per region and unit, one row each (file = "combined" for all files)."""
+        from sglang_spec_harness.traces import analysis
+
+        return analysis.op_table_frame(self)
+
+    def launches_frame(self) -> pd.DataFrame:
+        """Every launch with its region, label, times, kernels and `count:NAME` per pattern."""
+        from sglang_spec_harness.traces import analysis
+
+        return analysis.launches_frame(self)
+
+    def ops_frame(self) -> pd.DataFrame:
+        """Every counted op with ts, dur, launch, is_graph, region: a timeline."""
+        from sglang_spec_harness.traces import analysis
+
+        return analysis.ops_frame(self)
+
+    def instances_frame(self, region: str, pattern: str, unit: str = "graph_launch") -> pd.DataFrame:
+        """The instances behind `count(region, pattern, unit)`'s per-replay figures, one row each."""
+        from sglang_spec_harness.traces import analysis
+
+        return analysis.instances_frame(self, region, pattern, unit)
+
+    def spans_frame(self) -> pd.DataFrame:
+        """The region span instances: name, kind, pid, tid, ts, dur, region."""
+        from sglang_spec_harness.traces import analysis
+
+        return analysis.spans_frame(self)

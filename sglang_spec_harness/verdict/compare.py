@@ -3,29 +3,35 @@ rules (per-trial median TPOT, a bootstrap interval of the ratio B/A) and fail-cl
 
 from __future__ import annotations
 
-from typing import Any
-
-from sglang_spec_harness.rundir import CheckResults, Precondition, RuleResult, RunDir
+from sglang_spec_harness.rundir import CheckResults, RuleResult, RunDir
+from sglang_spec_harness.rundir.models import (
+    AcceptLengthChangeResult,
+    KernelCountChangeResult,
+    OutputChangeResult,
+    TpotChangeResult,
+)
+from sglang_spec_harness.rundir.rule_numbers import (
+    AcceptLengthChangeNumbers,
+    KernelCountChangeNumbers,
+    OutputChangeNumbers,
+    TpotChangeNumbers,
+)
 from sglang_spec_harness.verdict import stats
 from sglang_spec_harness.verdict.rules import outputs_by_index, region_pattern_counts, timed_values
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict, overall_verdict
+from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, overall_verdict
 
 
 def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: float, confidence: float = 0.95,
                  seed: int = 0) -> CheckResults:
     """Rules comparing one variant across two runs; returns CheckResults (not written to either run)."""
-    def rule(name: str, kind: str, description: str, verdict: Verdict, reason: str, numbers: dict[str, Any],
-             preconditions: list[Precondition] | None = None) -> RuleResult:
-        params = {"variant": variant, "max_slowdown": max_slowdown, "confidence": confidence}
-        return RuleResult(name, kind, description, verdict, reason, params, numbers, preconditions or [])
-
+    params = {"variant": variant, "max_slowdown": max_slowdown, "confidence": confidence}
     rules: list[RuleResult] = []
     a = timed_values(run_a, variant, "median_tpot_ms")
     b = timed_values(run_b, variant, "median_tpot_ms")
     estimate = stats.ratio_of_medians_ci(a, b, confidence=confidence, seed=seed)
     e = estimate.to_dict()
     limit = 1.0 + max_slowdown
-    numbers = {"a_ms": a, "b_ms": b, **e}
+    numbers = TpotChangeNumbers.model_validate({"a_ms": a, "b_ms": b, **e})
     low, high = estimate.ci_low, estimate.ci_high  # set whenever the estimate is reliable
     if len(a) < 2 or len(b) < 2 or not estimate.reliable or low is None or high is None:
         verdict, reason = INCONCLUSIVE, f"too little data: {estimate.reason or f'{len(a)} and {len(b)} trials'}"
@@ -38,18 +44,20 @@ def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: fl
     else:
         verdict, reason = INCONCLUSIVE, (f"TPOT B/A = {estimate.ratio:.4f} (CI {estimate.ci_low:.4f}.."
                                          f"{estimate.ci_high:.4f}) straddles the allowed {limit:.3f}: more trials needed")
-    rules.append(rule("tpot_not_slower", "tpot_change", "B's TPOT is not worse than A's beyond the tolerance",
-                      verdict, reason, numbers))
+    rules.append(TpotChangeResult(name="tpot_not_slower", description="B's TPOT is not worse than A's beyond the tolerance",
+                                  verdict=verdict, reason=reason, params=params, numbers=numbers))
 
     acc_a = timed_values(run_a, variant, "accept_length")
     acc_b = timed_values(run_b, variant, "accept_length")
     if acc_a and acc_b:
         d = stats.equivalence_within(acc_a, acc_b, rel_tolerance=0.01)
-        rules.append(rule("accept_length_unchanged", "accept_length", "accept length within 1%", d.verdict,
-                          d.reason, {"a": acc_a, "b": acc_b, **d.to_dict()}))
+        numbers_a = AcceptLengthChangeNumbers.model_validate({"a": acc_a, "b": acc_b, **d.to_dict()})
+        rules.append(AcceptLengthChangeResult(name="accept_length_unchanged", description="accept length within 1%",
+                                              verdict=d.verdict, reason=d.reason, params=params, numbers=numbers_a))
     else:
-        rules.append(rule("accept_length_unchanged", "accept_length", "accept length within 1%", INCONCLUSIVE,
-                          "no accept lengths in one of the runs", {"a": acc_a, "b": acc_b}))
+        rules.append(AcceptLengthChangeResult(name="accept_length_unchanged", description="accept length within 1%",
+                                              verdict=INCONCLUSIVE, reason="no accept lengths in one of the runs",
+                                              params=params, numbers=AcceptLengthChangeNumbers(a=acc_a, b=acc_b)))
 
     trials_a, trials_b = run_a.trials_of(variant, "timed"), run_b.trials_of(variant, "timed")
     greedy = run_a.scenario.workload.temperature == 0 and run_b.scenario.workload.temperature == 0
@@ -58,10 +66,11 @@ def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: fl
         common = sorted(set(ref) & set(new))
         same = sum(ref[i] == new[i] for i in common)
         verdict = INCONCLUSIVE if not common else (PASS if same == len(common) else FAIL)
-        rules.append(rule("outputs_unchanged", "output_identity", "greedy outputs identical across runs", verdict,
-                          f"{same}/{len(common)} outputs identical", {"compared": len(common), "identical": same}))
+        rules.append(OutputChangeResult(name="outputs_unchanged", description="greedy outputs identical across runs",
+                                        verdict=verdict, reason=f"{same}/{len(common)} outputs identical", params=params,
+                                        numbers=OutputChangeNumbers(compared=len(common), identical=same)))
 
-    counts: dict[tuple[str, str], dict[str, Any]] = {}
+    counts: dict[tuple[str, str], dict[str, int | None]] = {}
     for label, run in (("a", run_a), ("b", run_b)):
         for trial in run.trials_of(variant, "profiled"):
             for facts in run.analysis_files(trial):
@@ -72,11 +81,12 @@ def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: fl
                             counts.setdefault((region, pattern), {})[label] = c.per_replay_max
     changed = {f"{r}/{p}": v for (r, p), v in counts.items() if v.get("a") != v.get("b")}
     if counts:
-        rules.append(rule("pattern_counts_unchanged", "kernel_count", "matches per replay in each region",
-                          FAIL if changed else PASS,
-                          ("changed: " + ", ".join(f"{k} {v.get('a')} -> {v.get('b')}" for k, v in sorted(changed.items())))
-                          if changed else f"{len(counts)} region/pattern counts identical",
-                          {"counts": {f"{r}/{p}": v for (r, p), v in sorted(counts.items())}}))
+        rules.append(KernelCountChangeResult(
+            name="pattern_counts_unchanged", description="matches per replay in each region",
+            verdict=FAIL if changed else PASS, params=params,
+            reason=("changed: " + ", ".join(f"{k} {v.get('a')} -> {v.get('b')}" for k, v in sorted(changed.items())))
+            if changed else f"{len(counts)} region/pattern counts identical",
+            numbers=KernelCountChangeNumbers(counts={f"{r}/{p}": v for (r, p), v in sorted(counts.items())})))
     variants = {
         "A": {"run_dir": str(run_a.path), "median_tpot_ms": a, "accept_length": acc_a},
         "B": {"run_dir": str(run_b.path), "median_tpot_ms": b, "accept_length": acc_b},

@@ -11,13 +11,41 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from collections.abc import Callable
 
 import numpy as np
 
 from sglang_spec_harness.files import write_json_atomic
 from sglang_spec_harness.rundir import CheckResults, Precondition, RuleResult, RunDir, Trial, load_run_dir
+from sglang_spec_harness.rundir.models import (
+    AaNoiseResult,
+    AcceptLengthResult,
+    ExplainedGainResult,
+    KernelCountResult,
+    OutputIdentityResult,
+    RuleResultBase,
+    TpotGainResult,
+    ValidityResult,
+)
+from sglang_spec_harness.rundir.rule_numbers import (
+    AaNoiseNumbers,
+    AcceptLengthNumbers,
+    ExplainedGainNumbers,
+    FirstDifference,
+    GainDecisionNumbers,
+    KernelCountNumbers,
+    KernelObservation,
+    NoiseFloorNumbers,
+    Numbers,
+    OutputIdentityNumbers,
+    RegionSaving,
+    SequentialNumbers,
+    TimedBlock,
+    TpotData,
+    TpotGainNumbers,
+    ValidityNumbers,
+)
 from sglang_spec_harness.scenario import (
     AcceptLengthCheck,
     ExplainedGainCheck,
@@ -40,12 +68,13 @@ def _params(check: Any) -> dict[str, Any]:
     return check.model_dump(mode="json", exclude={"name", "kind", "description"})
 
 
-def _result(check: Any, verdict: Verdict, reason: str, numbers: dict[str, Any] | None = None,
-            preconditions: list[Precondition] | None = None) -> RuleResult:
-    return RuleResult(
-        name=check.name, kind=check.kind, description=check.description, verdict=verdict, reason=reason,
-        params=_params(check), numbers=numbers or {}, preconditions=preconditions or [],
-    )
+R = TypeVar("R", bound=RuleResultBase)
+
+
+def _result(cls: type[R], check: Any, verdict: Verdict, reason: str, numbers: Numbers,
+            preconditions: list[Precondition] | None = None) -> R:
+    return cls(name=check.name, kind=cls.model_fields["kind"].default, description=check.description, verdict=verdict,
+               reason=reason, params=_params(check), numbers=numbers, preconditions=preconditions or [])
 
 
 def _failed_preconditions(preconditions: list[Precondition]) -> str | None:
@@ -129,11 +158,73 @@ def expects_absence(check: KernelCountCheck) -> bool:
     return check.equals == 0 or check.at_most == 0
 
 
-def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
+def _observe(run: RunDir, check: KernelCountCheck, variant: str, trial: Trial, facts: FileAnalysis
+             ) -> tuple[list[Precondition], KernelObservation | None]:
+    """One trace file's (rank's) count of the rule's pattern, with what the count relies on; no
+    observation where the file cannot give one."""
     op, bound, holds = _bound(check)
-    limit = run.scenario.validity.max_unlabelled_fraction
+    where = f"{trial.name} rank {facts.rank}"
+    preconditions = _trace_validity(facts, max_unlabelled_fraction=run.scenario.validity.max_unlabelled_fraction,
+                                    where=where)
+    counts = region_pattern_counts(facts, check.region, check.pattern)
+    units = counts.replays if counts is not None else 0
+    unit = counts.unit if counts is not None else "graph_launch"
+    counted = {row.pattern for row in facts.counts}
+    if counts is None and counted and check.pattern not in counted:
+        # Not a zero: the analysis never looked for it (`harness check --scenario` with a new pattern).
+        preconditions.append(Precondition(
+            f"{where}: {check.pattern} counted", False,
+            f"the stored analysis counted {', '.join(sorted(counted))} only, not {check.pattern!r}: "
+            "the scenario that ran did not name it; run the scenario again with the pattern"))
+        return preconditions, None
+    if counts is not None and not counts.known:
+        preconditions.append(Precondition(f"{where}: {check.pattern} countable in {check.region}", False,
+                                          counts.note or "the trace cannot support this count"))
+        return preconditions, None
+    preconditions.append(Precondition(f"{where}: region {check.region} present", units > 0,
+                                      f"{units} {unit.replace('_', ' ')}(s) labelled {check.region}"))
+    if facts.validity.kernels > 0:
+        preconditions.append(Precondition(
+            f"{where}: {check.region} runs as CUDA graphs", unit == "graph_launch",
+            f"counting unit is {unit!r}: no graph launches in the region"))
+    if counts is None or not units:
+        return preconditions, None
+    value = counts.total if check.per == "total" else (
+        counts.per_replay_max if op in ("==", "<=") else counts.per_replay_min)
+    if op == "==" and check.per == "replay":
+        ok = counts.per_replay_min == bound and counts.per_replay_max == bound
+    else:
+        ok = value is not None and holds(value)  # set whenever the region has units
+    eager = eager_pattern_total(facts, check.region, check.pattern)
+    if expects_absence(check) and eager:
+        ok = False
+    return preconditions, KernelObservation(
+        variant=variant, trial=trial.name, rank=facts.rank, region=check.region, pattern=check.pattern, unit=unit,
+        replays=units, total=counts.total, per_replay_min=counts.per_replay_min,
+        per_replay_max=counts.per_replay_max, eager_total=eager, time_us=counts.time_us, ok=bool(ok))
+
+
+def _baseline_shows_pattern(run: RunDir, check: KernelCountCheck) -> Precondition | None:
+    """A zero means nothing unless the analysis can see the pattern: the baseline must show it
+    (None where the rule expects a count, or there is no separate baseline to ask)."""
+    baseline = "baseline" if "baseline" in run.scenario.variants else None
+    if not expects_absence(check) or not baseline or baseline in check.variants or run.aa:
+        return None
+    seen = 0
+    for trial in run.trials_of(baseline, "profiled"):
+        for facts in run.analysis_files(trial):
+            counts = region_pattern_counts(facts, check.region, check.pattern)
+            seen += ((counts.total if counts is not None else None) or 0) + eager_pattern_total(
+                facts, check.region, check.pattern)
+    return Precondition(f"{baseline}: shows {check.pattern} in {check.region}", seen > 0,
+                        f"{seen} match(es) in the baseline's profiled trials; "
+                        "zero in the candidate proves nothing if the baseline shows none either")
+
+
+def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> KernelCountResult:
+    op, bound, _ = _bound(check)
     preconditions: list[Precondition] = []
-    observations: list[dict[str, Any]] = []
+    observations: list[KernelObservation] = []
     for variant in check.variants:
         trials = run.trials_of(variant, "profiled")
         preconditions.append(Precondition(f"{variant}: profiled trial", bool(trials),
@@ -143,82 +234,32 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> RuleResult:
             preconditions.append(Precondition(f"{trial.name}: trace analysis", bool(files),
                                               f"{len(files)} trace file(s) analysed"))
             for facts in files:
-                rank = facts.rank
-                where = f"{trial.name} rank {rank}"
-                preconditions += _trace_validity(facts, max_unlabelled_fraction=limit, where=where)
-                counts = region_pattern_counts(facts, check.region, check.pattern)
-                units = counts.replays if counts is not None else 0
-                unit = counts.unit if counts is not None else "graph_launch"
-                counted = {row.pattern for row in facts.counts}
-                if counts is None and counted and check.pattern not in counted:
-                    # Not a zero: the analysis never looked for it (`harness check --scenario` with a new pattern).
-                    preconditions.append(Precondition(
-                        f"{where}: {check.pattern} counted", False,
-                        f"the stored analysis counted {', '.join(sorted(counted))} only, not {check.pattern!r}: "
-                        "the scenario that ran did not name it; run the scenario again with the pattern"))
-                    continue
-                if counts is not None and not counts.known:
-                    preconditions.append(Precondition(f"{where}: {check.pattern} countable in {check.region}", False,
-                                                      counts.note or "the trace cannot support this count"))
-                    continue
-                seen = Precondition(f"{where}: region {check.region} present", units > 0,
-                                    f"{units} {unit.replace('_', ' ')}(s) labelled {check.region}")
-                preconditions.append(seen)
-                if facts.validity.kernels > 0:
-                    preconditions.append(Precondition(
-                        f"{where}: {check.region} runs as CUDA graphs", unit == "graph_launch",
-                        f"counting unit is {unit!r}: no graph launches in the region"))
-                if counts is None or not units:
-                    continue
-                value = counts.total if check.per == "total" else (
-                    counts.per_replay_max if op in ("==", "<=") else counts.per_replay_min)
-                if op == "==" and check.per == "replay":
-                    ok = counts.per_replay_min == bound and counts.per_replay_max == bound
-                else:
-                    ok = value is not None and holds(value)  # set whenever the region has units
-                eager = eager_pattern_total(facts, check.region, check.pattern)
-                if expects_absence(check) and eager:
-                    ok = False
-                observations.append({
-                    "variant": variant, "trial": trial.name, "rank": rank, "region": check.region,
-                    "pattern": check.pattern, "unit": unit, "replays": units, "total": counts.total,
-                    "per_replay_min": counts.per_replay_min, "per_replay_max": counts.per_replay_max,
-                    "eager_total": eager, "time_us": counts.time_us, "ok": bool(ok),
-                })
-    # A zero means nothing unless the analysis can see the pattern: the baseline must show it.
-    if expects_absence(check):
-        baseline = "baseline" if "baseline" in run.scenario.variants else None
-        if baseline and baseline not in check.variants and not run.aa:
-            seen_in_baseline = 0
-            for trial in run.trials_of(baseline, "profiled"):
-                for facts in run.analysis_files(trial):
-                    counts = region_pattern_counts(facts, check.region, check.pattern)
-                    seen_in_baseline += ((counts.total if counts is not None else None) or 0) + eager_pattern_total(
-                        facts, check.region, check.pattern)
-            preconditions.append(Precondition(
-                f"{baseline}: shows {check.pattern} in {check.region}", seen_in_baseline > 0,
-                f"{seen_in_baseline} match(es) in the baseline's profiled trials; "
-                "zero in the candidate proves nothing if the baseline shows none either"))
-    numbers = {"observations": observations}
+                found, observation = _observe(run, check, variant, trial, facts)
+                preconditions += found
+                if observation is not None:
+                    observations.append(observation)
+    if (baseline := _baseline_shows_pattern(run, check)) is not None:
+        preconditions.append(baseline)
+    numbers = KernelCountNumbers(observations=observations)
     blocked = _failed_preconditions(preconditions)
-    failing = [o for o in observations if not o["ok"]]
+    failing = [o for o in observations if not o.ok]
     what = "per replay" if check.per == "replay" else "in total"
-    if failing and not (op == ">=" and all(o["total"] == 0 for o in failing)):
+    if failing and not (op == ">=" and all(o.total == 0 for o in failing)):
         o = failing[0]
-        got = o["total"] if check.per == "total" else f"{o['per_replay_min']}..{o['per_replay_max']}"
-        eager_note = (f" (and {o['eager_total']} launched eagerly in the region, outside its graph replays)"
-                      if o.get("eager_total") else "")
-        return _result(check, FAIL, f"{o['variant']} {o['trial']} rank {o['rank']}: {check.pattern} in "
+        got = o.total if check.per == "total" else f"{o.per_replay_min}..{o.per_replay_max}"
+        eager_note = (f" (and {o.eager_total} launched eagerly in the region, outside its graph replays)"
+                      if o.eager_total else "")
+        return _result(KernelCountResult, check, FAIL, f"{o.variant} {o.trial} rank {o.rank}: {check.pattern} in "
                        f"{check.region} {what} = {got}{eager_note}, expected {op} {bound}", numbers, preconditions)
     if blocked:
-        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+        return _result(KernelCountResult, check, INCONCLUSIVE, blocked, numbers, preconditions)
     if failing:  # a lower bound met by nothing at all: blind analysis or a baseline that is not one
         o = failing[0]
-        return _result(check, INCONCLUSIVE, f"{o['variant']} {o['trial']}: no {check.pattern} at all in "
+        return _result(KernelCountResult, check, INCONCLUSIVE, f"{o.variant} {o.trial}: no {check.pattern} at all in "
                        f"{check.region}: the analysis may be blind, or this variant is not what it claims",
                        numbers, preconditions)
-    totals = sorted({o["total"] for o in observations})
-    return _result(check, PASS, f"{check.pattern} in {check.region} {what} {op} {bound} in "
+    totals = sorted({o.total for o in observations if o.total is not None})
+    return _result(KernelCountResult, check, PASS, f"{check.pattern} in {check.region} {what} {op} {bound} in "
                    f"{len(observations)} trace(s) of {', '.join(check.variants)} (totals {totals})",
                    numbers, preconditions)
 
@@ -232,35 +273,35 @@ def timed_values(run: RunDir, variant: str, metric: SummaryMetric) -> list[float
     return [float(value) for value in values if value is not None]
 
 
-def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> RuleResult:
+def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> AcceptLengthResult:
     base = timed_values(run, check.baseline, "accept_length")
     cand = timed_values(run, check.candidate, "accept_length")
     preconditions = [
         Precondition(f"{check.baseline}: accept lengths", len(base) > 0, f"{len(base)} timed trial(s) with spec_verify_ct > 0"),
         Precondition(f"{check.candidate}: accept lengths", len(cand) > 0, f"{len(cand)} timed trial(s) with spec_verify_ct > 0"),
     ]
-    numbers: dict[str, Any] = {"baseline": base, "candidate": cand, "rel_tolerance": check.rel_tolerance, "min": check.min}
+    numbers = AcceptLengthNumbers(baseline=base, candidate=cand, rel_tolerance=check.rel_tolerance, min=check.min)
     blocked = _failed_preconditions(preconditions)
     if blocked:
-        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+        return _result(AcceptLengthResult, check, INCONCLUSIVE, blocked, numbers, preconditions)
     if check.min is not None:
         for name, values in ((check.baseline, base), (check.candidate, cand)):
             low = min(values)
             if low < check.min:
-                return _result(check, FAIL, f"{name} accept length {low:.3f} is below the floor {check.min}",
+                return _result(AcceptLengthResult, check, FAIL, f"{name} accept length {low:.3f} is below the floor {check.min}",
                                numbers, preconditions)
     pairs = timed_pairs(run, check.baseline, check.candidate, "accept_length") if run.warm else None
     if pairs is not None and len(pairs.repetitions) >= 2:
         # The blocks of a round carry the same prompts; different rounds, different prompts.
         decision = stats.paired_equivalence_within(pairs.baseline, pairs.candidate,
                                                    rel_tolerance=check.rel_tolerance, confidence=check.confidence)
-        numbers["pairs"] = len(pairs.repetitions)
+        numbers = numbers.updated(pairs=len(pairs.repetitions))
     else:
         decision = stats.equivalence_within(base, cand, rel_tolerance=check.rel_tolerance, confidence=check.confidence)
     est = decision.estimate
-    numbers.update({"ratio": est.ratio, "ci_low": est.ci_low, "ci_high": est.ci_high, "exact": decision.exact,
-                    "confidence": check.confidence})
-    return _result(check, decision.verdict, decision.reason, numbers, preconditions)
+    numbers = numbers.updated(ratio=est.ratio, ci_low=est.ci_low, ci_high=est.ci_high, exact=decision.exact,
+                              confidence=check.confidence)
+    return _result(AcceptLengthResult, check, decision.verdict, decision.reason, numbers, preconditions)
 
 
 def outputs_by_index(trial: Trial) -> dict[int, list[int]]:
@@ -287,7 +328,7 @@ def output_source(run: RunDir, baseline: str, candidate: str) -> str:
     return "profiled"
 
 
-def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleResult:
+def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> OutputIdentityResult:
     source = output_source(run, check.baseline, check.candidate)
     base_trials = run.trials_of(check.baseline, source)
     cand_trials = run.trials_of(check.candidate, source)
@@ -298,11 +339,10 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
         Precondition(f"{check.baseline}: {source} trials", bool(base_trials), f"{len(base_trials)} completed{how}"),
         Precondition(f"{check.candidate}: {source} trials", bool(cand_trials), f"{len(cand_trials)} completed{how}"),
     ]
-    numbers: dict[str, Any] = {"compared": 0, "identical": 0, "fraction": None, "first_difference": None,
-                               "source": source}
+    numbers = OutputIdentityNumbers(compared=0, identical=0, fraction=None, first_difference=None, source=source)
     blocked = _failed_preconditions(preconditions)
     if blocked:
-        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+        return _result(OutputIdentityResult, check, INCONCLUSIVE, blocked, numbers, preconditions)
     # The reference output of each prompt: its first baseline trial (in the warm modes each block has
     # its own prompts, so the reference gathers every baseline trial).
     reference: dict[int, list[int]] = {}
@@ -315,7 +355,7 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
             else:
                 reference[index], reference_trial[index] = ids, trial.name
     compared = identical = 0
-    first = None
+    first: FirstDifference | None = None
     for trial in cand_trials:
         for index, ids in sorted(outputs_by_index(trial).items()):
             if index not in reference:
@@ -325,26 +365,26 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> RuleRes
                 identical += 1
             elif first is None:
                 pos = _first_difference(reference[index], ids)
-                first = {
-                    "request_index": index, "position": pos,
-                    "baseline_token": reference[index][pos] if pos < len(reference[index]) else None,
-                    "candidate_token": ids[pos] if pos < len(ids) else None,
-                    "baseline_trial": reference_trial[index], "candidate_trial": trial.name,
-                }
+                first = FirstDifference(
+                    request_index=index, position=pos,
+                    baseline_token=reference[index][pos] if pos < len(reference[index]) else None,
+                    candidate_token=ids[pos] if pos < len(ids) else None,
+                    baseline_trial=reference_trial[index], candidate_trial=trial.name,
+                )
     fraction = identical / compared if compared else None
-    numbers.update({"compared": compared, "identical": identical, "fraction": fraction,
-                    "first_difference": first, "baseline_self_differences": self_differences})
+    numbers = numbers.updated(compared=compared, identical=identical, fraction=fraction, first_difference=first,
+                              baseline_self_differences=self_differences)
     if fraction is None:
-        return _result(check, INCONCLUSIVE, "no request completed in both variants: nothing to compare",
+        return _result(OutputIdentityResult, check, INCONCLUSIVE, "no request completed in both variants: nothing to compare",
                        numbers, preconditions)
     if fraction < check.min_fraction:
-        where = (f"; first: request {first['request_index']} token {first['position']} "
-                 f"({first['baseline_token']} vs {first['candidate_token']})") if first else ""
+        where = (f"; first: request {first.request_index} token {first.position} "
+                 f"({first.baseline_token} vs {first.candidate_token})") if first else ""
         nondet = (f"; note: the baseline differs from itself in {self_differences} request(s)"
                   if self_differences else "")
-        return _result(check, FAIL, f"{identical}/{compared} outputs identical ({fraction:.1%} < "
+        return _result(OutputIdentityResult, check, FAIL, f"{identical}/{compared} outputs identical ({fraction:.1%} < "
                        f"{check.min_fraction:.1%}){where}{nondet}", numbers, preconditions)
-    return _result(check, PASS, f"{identical}/{compared} greedy outputs identical", numbers, preconditions)
+    return _result(OutputIdentityResult, check, PASS, f"{identical}/{compared} greedy outputs identical", numbers, preconditions)
 
 
 @dataclass
@@ -423,7 +463,7 @@ def timed_blocks(run: RunDir, baseline: str, candidate: str) -> TimedBlocks:
                        repetition=[r[3] for r in rows], tpot_ms=[r[4] for r in rows], note=note)
 
 
-def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) -> tuple[Any, TpotData]:
     """The TPOT gain decision. Warm modes: the mixed model of blocks nested in launches. Restart
     mode: paired by repetition when >= MIN_PAIRS complete pairs exist, else unpaired (with the reason
     saying so). Returns (decision, numbers about the data and the mode)."""
@@ -431,24 +471,24 @@ def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) ->
     cand = timed_values(run, candidate, "median_tpot_ms")
     pairs = timed_pairs(run, baseline, candidate, "median_tpot_ms")
     n = len(pairs.repetitions)
-    numbers: dict[str, Any] = {"baseline_ms": base, "candidate_ms": cand, "pairs": n, "paired": False,
-                               "mode": run.mode, "pair_repetitions": pairs.repetitions, "pair_ratios": [
-                                   c / b if b > 0 else None for b, c in zip(pairs.baseline, pairs.candidate)]}
+    numbers = TpotData(baseline_ms=base, candidate_ms=cand, pairs=n, paired=False, mode=run.mode,
+                       pair_repetitions=pairs.repetitions,
+                       pair_ratios=[c / b if b > 0 else None for b, c in zip(pairs.baseline, pairs.candidate)])
     if run.warm:
         blocks = timed_blocks(run, baseline, candidate)
         nested_kwargs = {k: v for k, v in kwargs.items() if k not in ("resamples", "seed")}
         decision, fit = stats.nested_tpot_gain_decision(
             blocks.tpot_ms, [v == candidate for v in blocks.variant], blocks.launch, blocks.time_block, **nested_kwargs)
-        numbers["nested"] = fit.to_dict()
-        numbers["blocks"] = [{"variant": v, "launch": lch, "round": r, "tpot_ms": x}
-                             for v, lch, r, x in zip(blocks.variant, blocks.launch, blocks.repetition, blocks.tpot_ms)]
+        numbers = numbers.updated(nested=fit.to_dict(), blocks=[
+            TimedBlock(variant=v, launch=lch, round=r, tpot_ms=x)
+            for v, lch, r, x in zip(blocks.variant, blocks.launch, blocks.repetition, blocks.tpot_ms)])
         if blocks.note:
             decision = _with_reason(decision, f"{decision.reason} ({blocks.note})")
         return decision, numbers
     if n >= stats.MIN_PAIRS:
         paired_kwargs = {k: v for k, v in kwargs.items() if k not in ("resamples", "seed")}
         decision = stats.paired_tpot_gain_decision(pairs.baseline, pairs.candidate, **paired_kwargs)
-        numbers["paired"] = True
+        numbers = numbers.updated(paired=True)
         if pairs.note:
             decision = _with_reason(decision, f"{decision.reason} ({pairs.note})")
     else:
@@ -460,29 +500,29 @@ def _tpot_decision(run: RunDir, baseline: str, candidate: str, **kwargs: Any) ->
     return decision, numbers
 
 
-def _tpot_preconditions(run: RunDir, numbers: dict[str, Any], baseline: str, candidate: str) -> list[Precondition]:
-    if numbers.get("nested") is not None:
-        fit = numbers["nested"]
-        launches = fit.get("n_launches") or {}
+def _tpot_preconditions(run: RunDir, numbers: TpotData, baseline: str, candidate: str) -> list[Precondition]:
+    if numbers.nested is not None:
+        fit = numbers.nested
+        launches = fit.n_launches
         fewest = min(launches.values()) if launches else 0
         return [
             Precondition("launches per arm", fewest >= stats.MIN_LAUNCHES,
                          f"{launches.get('baseline', 0)} baseline and {launches.get('candidate', 0)} candidate launches "
                          f"with blocks (at least {stats.MIN_LAUNCHES} per arm: with one, a launch-to-launch difference "
                          "cannot be told from the change)"),
-            Precondition("rounds", fit.get("n_time_blocks", 0) >= stats.MIN_PAIRS,
-                         f"{fit.get('n_time_blocks', 0)} rounds or launch pairs with blocks "
+            Precondition("rounds", fit.n_time_blocks >= stats.MIN_PAIRS,
+                         f"{fit.n_time_blocks} rounds or launch pairs with blocks "
                          f"(at least {stats.MIN_PAIRS} needed for a verdict)"
-                         if run.mode == "interleaved" else f"{fit.get('n_blocks', 0)} blocks"),
+                         if run.mode == "interleaved" else f"{fit.n_blocks} blocks"),
         ]
-    if numbers["paired"]:
-        n = numbers["pairs"]
+    if numbers.paired:
+        n = numbers.pairs
         return [Precondition("complete repetition pairs", n >= stats.MIN_PAIRS,
                              f"{n} repetition(s) with an ok timed trial of both arms "
                              f"(at least {stats.MIN_PAIRS} needed for a paired verdict)")]
     return [Precondition(f"{name}: timed trials", len(v) >= stats.MIN_TRIALS,
                          f"{len(v)} trial(s) with a TPOT (at least {stats.MIN_TRIALS} needed for a verdict)")
-            for name, v in ((baseline, numbers["baseline_ms"]), (candidate, numbers["candidate_ms"]))]
+            for name, v in ((baseline, numbers.baseline_ms), (candidate, numbers.candidate_ms))]
 
 
 def _with_reason(decision: Any, reason: str) -> Any:
@@ -497,12 +537,12 @@ def look_levels(check: TpotGainCheck, fractions: list[float], spending: str) -> 
     return [(2 * p, 1 - 2 * p) if p > 0 else (1e-12, 1 - 1e-12) for p in levels]
 
 
-def tpot_rule_at(run: RunDir, check: TpotGainCheck, alpha: float) -> RuleResult:
+def tpot_rule_at(run: RunDir, check: TpotGainCheck, alpha: float) -> TpotGainResult:
     """The TPOT rule with its claims made at `alpha` (a look's level) and the interval to match."""
     return evaluate_tpot_gain(run, check.model_copy(update={"alpha": alpha, "confidence": 1 - alpha}), sequential=False)
 
 
-def _sequential(run: RunDir, check: TpotGainCheck) -> tuple[TpotGainCheck, dict[str, Any]] | None:
+def _sequential(run: RunDir, check: TpotGainCheck) -> tuple[TpotGainCheck, SequentialNumbers] | None:
     """An adaptive run's TPOT rule at its last look's level, with the looks for the report; None for
     a fixed design. The fractions come from run.json, so `harness check` recomputes the same level."""
     looks = [look for look in run.run.looks or [] if look.kind == "tpot" and look.fraction is not None]
@@ -512,33 +552,33 @@ def _sequential(run: RunDir, check: TpotGainCheck) -> tuple[TpotGainCheck, dict[
     fractions = [look.fraction for look in looks if look.fraction is not None]
     levels = look_levels(check, fractions, budget.spending)
     alpha, confidence = levels[-1]
-    info = {"looks": len(looks), "spending": budget.spending, "fractions": fractions,
-            "nominal_alphas": [a for a, _ in levels], "alpha_overall": check.alpha}
+    info = SequentialNumbers(looks=len(looks), spending=budget.spending, fractions=fractions,
+                             nominal_alphas=[a for a, _ in levels], alpha_overall=check.alpha)
     return check.model_copy(update={"alpha": alpha, "confidence": confidence}), info
 
 
-def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck, *, sequential: bool = True) -> RuleResult:
+def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck, *, sequential: bool = True) -> TpotGainResult:
     adaptive = _sequential(run, check) if sequential else None
     if adaptive is not None:
         check, info = adaptive
-    decision, numbers = _tpot_decision(run, check.baseline, check.candidate, min_gain=check.min_gain,
-                                       confidence=check.confidence, alpha=check.alpha,
-                                       resamples=check.resamples, seed=check.seed)
+    decision, data = _tpot_decision(run, check.baseline, check.candidate, min_gain=check.min_gain,
+                                    confidence=check.confidence, alpha=check.alpha,
+                                    resamples=check.resamples, seed=check.seed)
     if adaptive is not None:
-        numbers["sequential"] = info
-        decision = _with_reason(decision, f"look {info['looks']} of an adaptive run, nominal alpha "
-                                          f"{check.alpha:.4f} ({info['spending']} spending of {info['alpha_overall']}): "
+        decision = _with_reason(decision, f"look {info.looks} of an adaptive run, nominal alpha "
+                                          f"{check.alpha:.4f} ({info.spending} spending of {info.alpha_overall}): "
                                           f"{decision.reason}")
     est = decision.estimate
-    numbers.update({
+    numbers = TpotGainNumbers.model_validate({
+        **data.model_dump(), **({"sequential": info} if adaptive is not None else {}),
         "ratio": est.ratio, "ci_low": est.ci_low,
         "ci_high": est.ci_high, "confidence": est.confidence, "gain": decision.gain, "p_value": decision.p_value,
         "min_gain": check.min_gain, "min_detectable_gain": decision.mde,
         "gain_needed_to_pass": decision.gain_needed_to_pass, "fail_kind": decision.fail_kind,
         "reliable": est.reliable, "method": est.method, "statistic": est.statistic,
     })
-    preconditions = _tpot_preconditions(run, numbers, check.baseline, check.candidate)
-    return _result(check, decision.verdict, decision.reason, numbers, preconditions)
+    preconditions = _tpot_preconditions(run, data, check.baseline, check.candidate)
+    return _result(TpotGainResult, check, decision.verdict, decision.reason, numbers, preconditions)
 
 
 def _pattern_time_per_cycle(run: RunDir, variant: str, pattern: str, regions: list[str]) -> float | None:
@@ -648,23 +688,11 @@ def _per_cycle_normalized(base: RegionTimes, cand: RegionTimes, regions: list[st
     return out
 
 
-def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResult:
-    """Does the TPOT saving match what the profiles show changed in the regions of the change?
-
-    Prediction: the drop in the regions' time per EAGLE cycle, baseline minus candidate (whatever
-    ran there: the removed ops, and the ops that replace them; the candidate's times scaled by
-    the reference region, cycle by cycle where the traces have spans), divided by the tokens one
-    cycle emits (the accept length). Measured:
-    the baseline's median TPOT times (1 - TPOT ratio), with the interval of that ratio (paired
-    when the TPOT rule would pair). The verdict is an equivalence test on measured/predicted:
-    PASS when its whole interval lies inside the bounds, FAIL when it lies outside, else
-    INCONCLUSIVE. The prediction is taken as exact: its noise is what the bounds' width absorbs."""
-    base_t = timed_values(run, check.baseline, "median_tpot_ms")
-    cand_t = timed_values(run, check.candidate, "median_tpot_ms")
-    accept = timed_values(run, check.baseline, "accept_length")
+def _explained_preconditions(check: ExplainedGainCheck, base_t: list[float], cand_t: list[float],
+                             accept: list[float], base: RegionTimes, cand: RegionTimes) -> list[Precondition]:
+    """What the explained gain relies on: timed trials, an accept length, and profiles with the
+    rule's regions timed the same way in both variants."""
     reference = [check.reference_region] if check.reference_region else []
-    base = region_times_per_cycle(run, check.baseline, [*check.regions, *reference])
-    cand = region_times_per_cycle(run, check.candidate, [*check.regions, *reference])
     preconditions = [
         Precondition("timed trials in both variants", bool(base_t) and bool(cand_t), f"{len(base_t)} and {len(cand_t)}"),
         Precondition(f"{check.baseline}: accept length", bool(accept), "needed to turn time per cycle into time per token"),
@@ -685,72 +713,119 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> RuleResul
     preconditions.append(Precondition(
         "both variants timed the same way", len(base.basis | cand.basis) <= 1,
         f"bases {sorted(base.basis)} and {sorted(cand.basis)} (GPU op time vs span wall time)"))
-    numbers: dict[str, Any] = {}
+    return preconditions
+
+
+def _region_savings(check: ExplainedGainCheck, base: RegionTimes, cand: RegionTimes
+                    ) -> tuple[dict[str, RegionSaving], float, bool]:
+    """Per region of the rule, the time per cycle in both variants and the saving, with the
+    candidate's times on the baseline's scale; and that scale, and whether it was cycle by cycle.
+
+    The reference region ran the same code in both, so any difference there is the machine (load,
+    clocks) during the two profiled trials. Where the traces have spans, cycle by cycle: a CPU's
+    speed moves within a trial too (by 10-20% over half a second on a shared VM), and the regions
+    of one cycle share it."""
+    reference = check.reference_region
+    scale = base.per_cycle_us[reference] / cand.per_cycle_us[reference] if reference else 1.0
+    wanted = list(dict.fromkeys(check.regions))
+    normalized = _per_cycle_normalized(base, cand, wanted, reference) if reference else None
+    pairs = normalized or {r: (base.per_cycle_us[r], cand.per_cycle_us[r] * scale) for r in wanted}
+    regions = {r: RegionSaving(baseline_us_per_cycle=b, candidate_us_per_cycle=c, saving_us_per_cycle=b - c)
+               for r, (b, c) in pairs.items()}
+    return regions, scale, normalized is not None
+
+
+def _explained_summary(check: ExplainedGainCheck, n: ExplainedGainNumbers) -> str:
+    """What was measured and predicted, in one line (the start of the rule's reason)."""
+    assert n.measured_saving_ms is not None and n.predicted_saving_ms is not None and n.regions is not None
+    per_region = ", ".join(f"{r} {v.saving_us_per_cycle:+.1f}" for r, v in n.regions.items())
+    removed = n.pattern_removed_us_per_cycle
+    of_pattern = f"; {check.pattern} alone {removed:.1f} us" if removed is not None else ""
+    if n.scaled == "per_cycle":
+        scaled = (f"; both scaled cycle by cycle by {check.reference_region} "
+                  f"(the candidate's trial x{n.candidate_scale:.3f} on the whole)")
+    else:
+        scaled = f"; candidate scaled x{n.candidate_scale:.3f} by {check.reference_region}" if n.scaled else ""
+    return (f"measured TPOT saving {n.measured_saving_ms * 1000:.1f} us/token; the profiles predict "
+            f"{n.predicted_saving_ms * 1000:.1f} us/token ({n.saving_us_per_cycle:.1f} us less per cycle in the "
+            f"regions [{per_region}]{of_pattern}{scaled} / {n.tokens_per_cycle:.2f} tokens)")
+
+
+def _explained_verdict(check: ExplainedGainCheck, n: ExplainedGainNumbers,
+                       preconditions: list[Precondition]) -> ExplainedGainResult:
+    """The equivalence test on measured/predicted against the rule's bounds."""
+    summary = _explained_summary(check, n)
+
+    def result(verdict: Verdict, reason: str) -> ExplainedGainResult:
+        return _result(ExplainedGainResult, check, verdict, reason, n, preconditions)
+
+    if n.predicted_saving_ms is None or n.predicted_saving_ms <= 0:
+        return result(INCONCLUSIVE, f"{summary}: the regions are not faster in the candidate, so there is "
+                      "no saving to explain")
+    assert n.ratio is not None and n.ratio_ci is not None  # predicted > 0
+    ratio_lo, ratio_hi = n.ratio_ci
+    assert ratio_lo is not None and ratio_hi is not None
+    summary += f"; ratio {n.ratio:.2f} [{ratio_lo:.2f}, {ratio_hi:.2f}] ({check.confidence:.0%})"
+    low, high = check.min_ratio, check.max_ratio
+    if low is not None and ratio_hi < low:
+        return result(FAIL, f"{summary} < {low}: the profiles' saving does not reach TPOT")
+    if high is not None and ratio_lo > high:
+        return result(FAIL, f"{summary} > {high}: TPOT gained more than the profiles explain")
+    bounds = " and ".join(b for b in (f">= {low}" if low is not None else "", f"<= {high}" if high is not None else "") if b)
+    if (low is None or ratio_lo >= low) and (high is None or ratio_hi <= high):
+        return result(PASS, f"{summary}: inside {bounds}" if bounds else summary)
+    return result(INCONCLUSIVE, f"{summary}: the interval straddles {bounds}; more repetitions narrow it")
+
+
+def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> ExplainedGainResult:
+    """Does the TPOT saving match what the profiles show changed in the regions of the change?
+
+    Prediction: the drop in the regions' time per EAGLE cycle, baseline minus candidate (whatever
+    ran there: the removed ops, and the ops that replace them; the candidate's times scaled by
+    the reference region, cycle by cycle where the traces have spans), divided by the tokens one
+    cycle emits (the accept length). Measured:
+    the baseline's median TPOT times (1 - TPOT ratio), with the interval of that ratio (paired
+    when the TPOT rule would pair). The verdict is an equivalence test on measured/predicted:
+    PASS when its whole interval lies inside the bounds, FAIL when it lies outside, else
+    INCONCLUSIVE. The prediction is taken as exact: its noise is what the bounds' width absorbs."""
+    base_t = timed_values(run, check.baseline, "median_tpot_ms")
+    cand_t = timed_values(run, check.candidate, "median_tpot_ms")
+    accept = timed_values(run, check.baseline, "accept_length")
+    reference = [check.reference_region] if check.reference_region else []
+    base = region_times_per_cycle(run, check.baseline, [*check.regions, *reference])
+    cand = region_times_per_cycle(run, check.candidate, [*check.regions, *reference])
+    preconditions = _explained_preconditions(check, base_t, cand_t, accept, base, cand)
     blocked = _failed_preconditions(preconditions)
     if blocked:
-        return _result(check, INCONCLUSIVE, blocked, numbers, preconditions)
+        return _result(ExplainedGainResult, check, INCONCLUSIVE, blocked, ExplainedGainNumbers(), preconditions)
     decision, _ = _tpot_decision(run, check.baseline, check.candidate, min_gain=0.0, confidence=check.confidence)
     est = decision.estimate
     interval_ok = est.ratio is not None and est.ci_low is not None and est.ci_high is not None and est.reliable
     preconditions.append(Precondition("TPOT ratio with an interval", interval_ok,
                                       est.reason or f"{est.method}: {est.ratio} [{est.ci_low}, {est.ci_high}]"))
     if not interval_ok:
-        return _result(check, INCONCLUSIVE, _failed_preconditions(preconditions) or "no TPOT interval", numbers,
-                       preconditions)
+        return _result(ExplainedGainResult, check, INCONCLUSIVE, _failed_preconditions(preconditions) or "no TPOT interval",
+                       ExplainedGainNumbers(), preconditions)
     base_tpot = float(np.median(base_t))
     measured, measured_lo, measured_hi = (base_tpot * (1 - r) for r in (est.ratio, est.ci_high, est.ci_low))
     tokens_per_cycle = float(np.median(accept))
-    # The candidate's times on the baseline's scale: the reference region ran the same code in both,
-    # so any difference there is the machine (load, clocks) during the two profiled trials. Where the
-    # traces have spans, cycle by cycle: a CPU's speed moves within a trial too (by 10-20% over half a
-    # second on a shared VM), and the regions of one cycle share it.
-    scale = base.per_cycle_us[reference[0]] / cand.per_cycle_us[reference[0]] if reference else 1.0
-    wanted = list(dict.fromkeys(check.regions))
-    normalized = _per_cycle_normalized(base, cand, wanted, reference[0]) if reference else None
-    pairs = normalized or {r: (base.per_cycle_us[r], cand.per_cycle_us[r] * scale) for r in wanted}
-    regions = {r: {"baseline_us_per_cycle": b, "candidate_us_per_cycle": c, "saving_us_per_cycle": b - c}
-               for r, (b, c) in pairs.items()}
-    saving_us = sum(r["saving_us_per_cycle"] for r in regions.values())
+    regions, scale, per_cycle = _region_savings(check, base, cand)
+    saving_us = sum(r.saving_us_per_cycle for r in regions.values())
     predicted = saving_us / tokens_per_cycle / 1000.0
     ratio, ratio_lo, ratio_hi = ((m / predicted if predicted > 0 else None) for m in (measured, measured_lo, measured_hi))
     base_pattern = _pattern_time_per_cycle(run, check.baseline, check.pattern, check.regions)
     cand_pattern = _pattern_time_per_cycle(run, check.candidate, check.pattern, check.regions)
     pattern_removed = (base_pattern - cand_pattern) if base_pattern is not None and cand_pattern is not None else None
-    numbers = {"measured_saving_ms": measured, "measured_ci_ms": [measured_lo, measured_hi],
-               "predicted_saving_ms": predicted, "ratio": ratio, "ratio_ci": [ratio_lo, ratio_hi],
-               "confidence": check.confidence, "paired": est.method,
-               "saving_us_per_cycle": saving_us, "tokens_per_cycle": tokens_per_cycle, "regions": regions,
-               "pattern_removed_us_per_cycle": pattern_removed, "basis": sorted(base.basis | cand.basis),
-               "profiled_cycles": {"baseline": base.cycles, "candidate": cand.cycles},
-               "reference_region": check.reference_region, "candidate_scale": scale,
-               "scaled": ("per_cycle" if normalized else "per_trial") if reference else None,
-               "min_ratio": check.min_ratio, "max_ratio": check.max_ratio}
-    per_region = ", ".join(f"{r} {v['saving_us_per_cycle']:+.1f}" for r, v in regions.items())
-    of_pattern = f"; {check.pattern} alone {pattern_removed:.1f} us" if pattern_removed is not None else ""
-    if normalized:
-        scaled = f"; both scaled cycle by cycle by {reference[0]} (the candidate's trial x{scale:.3f} on the whole)"
-    else:
-        scaled = f"; candidate scaled x{scale:.3f} by {reference[0]}" if reference else ""
-    summary = (f"measured TPOT saving {measured * 1000:.1f} us/token; the profiles predict {predicted * 1000:.1f} "
-               f"us/token ({saving_us:.1f} us less per cycle in the regions [{per_region}]{of_pattern}{scaled} / "
-               f"{tokens_per_cycle:.2f} tokens)")
-    if predicted <= 0:
-        return _result(check, INCONCLUSIVE, f"{summary}: the regions are not faster in the candidate, so there is "
-                       "no saving to explain", numbers, preconditions)
-    assert ratio is not None and ratio_lo is not None and ratio_hi is not None  # predicted > 0
-    summary += f"; ratio {ratio:.2f} [{ratio_lo:.2f}, {ratio_hi:.2f}] ({check.confidence:.0%})"
-    low, high = check.min_ratio, check.max_ratio
-    if low is not None and ratio_hi < low:
-        return _result(check, FAIL, f"{summary} < {low}: the profiles' saving does not reach TPOT",
-                       numbers, preconditions)
-    if high is not None and ratio_lo > high:
-        return _result(check, FAIL, f"{summary} > {high}: TPOT gained more than the profiles explain",
-                       numbers, preconditions)
-    bounds = " and ".join(b for b in (f">= {low}" if low is not None else "", f"<= {high}" if high is not None else "") if b)
-    if (low is None or ratio_lo >= low) and (high is None or ratio_hi <= high):
-        return _result(check, PASS, f"{summary}: inside {bounds}" if bounds else summary, numbers, preconditions)
-    return _result(check, INCONCLUSIVE, f"{summary}: the interval straddles {bounds}; more repetitions narrow it",
-                   numbers, preconditions)
+    numbers = ExplainedGainNumbers(
+        measured_saving_ms=measured, measured_ci_ms=[measured_lo, measured_hi], predicted_saving_ms=predicted,
+        ratio=ratio, ratio_ci=[ratio_lo, ratio_hi], confidence=check.confidence, paired=est.method,
+        saving_us_per_cycle=saving_us, tokens_per_cycle=tokens_per_cycle, regions=regions,
+        pattern_removed_us_per_cycle=pattern_removed, basis=sorted(base.basis | cand.basis),
+        profiled_cycles={"baseline": base.cycles, "candidate": cand.cycles},
+        reference_region=check.reference_region, candidate_scale=scale,
+        scaled=("per_cycle" if per_cycle else "per_trial") if reference else None,
+        min_ratio=check.min_ratio, max_ratio=check.max_ratio)
+    return _explained_verdict(check, numbers, preconditions)
 
 
 def informational(check: Any) -> list[str] | None:
@@ -777,75 +852,81 @@ EVALUATORS: dict[str, Callable[[RunDir, Any], RuleResult]] = {
 }
 
 
-def evaluate_aa_noise(run: RunDir) -> RuleResult:
+def evaluate_aa_noise(run: RunDir) -> AaNoiseResult:
     """A/A: both arms run the same variant. Any PASS or FAIL of the TPOT rule is a false verdict."""
     tpot_rules = [c for c in run.scenario.checks if isinstance(c, TpotGainCheck)]
     min_gain = tpot_rules[0].min_gain if tpot_rules else 0.01
     decision, data = _tpot_decision(run, "baseline", "candidate", min_gain=min_gain)
-    a, b = data["baseline_ms"], data["candidate_ms"]
+    a, b = data.baseline_ms, data.candidate_ms
     check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
                           description="A/A: the TPOT rule on two arms of the same variant")
-    if data.get("nested") is not None:
-        return _aa_nested(run, check, decision, data)
-    if data["paired"]:
+    if data.nested is not None:
+        return _aa_nested(check, decision, data)
+    if data.paired:
         pairs = timed_pairs(run, "baseline", "candidate", "median_tpot_ms")
         floor = stats.noise_floor(pairs.baseline, pairs.candidate, min_gain=min_gain, paired=True)
     else:
         floor = stats.noise_floor(a, b, min_gain=min_gain)
-    floor_d = floor.to_dict()
-    numbers = {"a_ms": a, "b_ms": b, "decision": decision.to_dict(), "noise": floor_d, "min_gain": min_gain,
-               "paired": data["paired"], "pairs": data["pairs"], "pair_ratios": data["pair_ratios"]}
+    noise = NoiseFloorNumbers.model_validate(floor.to_dict())
+    numbers = AaNoiseNumbers(a_ms=a, b_ms=b, decision=GainDecisionNumbers.model_validate(decision.to_dict()),
+                             noise=noise, min_gain=min_gain, paired=data.paired, pairs=data.pairs,
+                             pair_ratios=data.pair_ratios)
+
+    def result(verdict: Verdict, reason: str) -> AaNoiseResult:
+        return AaNoiseResult(name=check.name, description=check.description, verdict=verdict, reason=reason,
+                             params=_params(check), numbers=numbers)
+
     # With min_gain > 0, "gain below min_gain" is the right answer on A/A data; only a PASS or a
     # "slower" FAIL is false.
     if decision.verdict == PASS or decision.fail_kind == "slower":
-        return RuleResult(check.name, "aa_noise", check.description, FAIL,
-                          f"false {decision.verdict} on A/A data: {decision.reason}", _params(check), numbers)
-    if not data["paired"] and (len(a) < stats.MIN_TRIALS or len(b) < stats.MIN_TRIALS):
-        return RuleResult(check.name, "aa_noise", check.description, INCONCLUSIVE,
-                          f"too few timed trials ({len(a)} and {len(b)})", _params(check), numbers)
-    n = data["pairs"] if data["paired"] else len(a)
-    return RuleResult(check.name, "aa_noise", check.description, PASS, _aa_summary(floor_d, min_gain, n),
-                      _params(check), numbers)
+        return result(FAIL, f"false {decision.verdict} on A/A data: {decision.reason}")
+    if not data.paired and (len(a) < stats.MIN_TRIALS or len(b) < stats.MIN_TRIALS):
+        return result(INCONCLUSIVE, f"too few timed trials ({len(a)} and {len(b)})")
+    return result(PASS, _aa_summary(noise, min_gain, data.pairs if data.paired else len(a)))
 
 
-def _aa_nested(run: RunDir, check: TpotGainCheck, decision: Any, data: dict[str, Any]) -> RuleResult:
+def _aa_nested(check: TpotGainCheck, decision: Any, data: TpotData) -> AaNoiseResult:
     """A/A in a warm mode: the nested model's verdict must be neither PASS nor FAIL "slower"; the
     spreads it found (launch to launch, block to block) and the smallest detectable gain are the
     noise floor."""
-    fit = data["nested"]
-    numbers = {"a_ms": data["baseline_ms"], "b_ms": data["candidate_ms"], "decision": decision.to_dict(),
-               "min_gain": check.min_gain, "mode": data["mode"], "nested": fit, "blocks": data["blocks"],
-               "pairs": data["pairs"], "pair_ratios": data["pair_ratios"], "paired": False}
+    fit = data.nested
+    assert fit is not None
+    numbers = AaNoiseNumbers(a_ms=data.baseline_ms, b_ms=data.candidate_ms,
+                             decision=GainDecisionNumbers.model_validate(decision.to_dict()), min_gain=check.min_gain,
+                             mode=data.mode, nested=fit, blocks=data.blocks, pairs=data.pairs,
+                             pair_ratios=data.pair_ratios, paired=False)
+
+    def result(verdict: Verdict, reason: str) -> AaNoiseResult:
+        return AaNoiseResult(name=check.name, description=check.description, verdict=verdict, reason=reason,
+                             params=_params(check), numbers=numbers)
+
     if decision.verdict == PASS or decision.fail_kind == "slower":
-        return RuleResult(check.name, "aa_noise", check.description, FAIL,
-                          f"false {decision.verdict} on A/A data: {decision.reason}", _params(check), numbers)
+        return result(FAIL, f"false {decision.verdict} on A/A data: {decision.reason}")
     if not decision.estimate.reliable:
-        return RuleResult(check.name, "aa_noise", check.description, INCONCLUSIVE, decision.reason,
-                          _params(check), numbers)
-    parts = [f"{fit['n_blocks']} blocks in {sum((fit.get('n_launches') or {}).values())} launches",
-             f"block-to-block sd {fit['sd_block']:.2%}"]
-    if fit.get("sd_launch") is not None:
-        parts.append(f"launch-to-launch sd {fit['sd_launch']:.2%} (F test p={fit['launch_p']:.2g}"
-                     f"{', pooled' if fit.get('pooled') else ''})")
+        return result(INCONCLUSIVE, decision.reason)
+    parts = [f"{fit.n_blocks} blocks in {sum(fit.n_launches.values())} launches",
+             f"block-to-block sd {fit.sd_block:.2%}"]
+    if fit.sd_launch is not None:
+        parts.append(f"launch-to-launch sd {fit.sd_launch:.2%} (F test p={fit.launch_p:.2g}"
+                     f"{', pooled' if fit.pooled else ''})")
     if decision.mde is not None:
         parts.append(f"smallest detectable gain {decision.mde:.2%}")
-    return RuleResult(check.name, "aa_noise", check.description, PASS, "no false verdict; " + "; ".join(parts),
-                      _params(check), numbers)
+    return result(PASS, "no false verdict; " + "; ".join(parts))
 
 
-def _aa_summary(floor: dict[str, Any], min_gain: float, n: int) -> str:
+def _aa_summary(floor: NoiseFloorNumbers, min_gain: float, n: int) -> str:
     parts = []
-    if floor.get("paired"):
+    if floor.paired:
         parts.append(f"paired over {n} repetitions")
-    if floor.get("cv") is not None:
-        parts.append(f"TPOT noise (CV of trial medians) {floor['cv']:.2%}")
-    if floor.get("cv_within_pair") is not None:
-        parts.append(f"within a repetition {floor['cv_within_pair']:.2%}")
-    if floor.get("mde") is not None:
-        unit = "repetitions" if floor.get("paired") else "trials/arm"
-        parts.append(f"smallest detectable gain with {n} {unit} {floor['mde']:.2%}")
-    if floor.get("repetitions_needed") is not None:
-        parts.append(f"repetitions needed for min_gain {min_gain:.1%}: {floor['repetitions_needed']}")
+    if floor.cv is not None:
+        parts.append(f"TPOT noise (CV of trial medians) {floor.cv:.2%}")
+    if floor.cv_within_pair is not None:
+        parts.append(f"within a repetition {floor.cv_within_pair:.2%}")
+    if floor.mde is not None:
+        unit = "repetitions" if floor.paired else "trials/arm"
+        parts.append(f"smallest detectable gain with {n} {unit} {floor.mde:.2%}")
+    if floor.repetitions_needed is not None:
+        parts.append(f"repetitions needed for min_gain {min_gain:.1%}: {floor.repetitions_needed}")
     return "no false verdict; " + "; ".join(parts)
 
 
@@ -873,13 +954,14 @@ def damage(run: RunDir) -> list[str]:
 def evaluate_run(run: RunDir) -> CheckResults:
     rules: list[RuleResult] = []
     if not run.complete:
-        rules.append(RuleResult("run_complete", "validity", "every planned trial ran", INCONCLUSIVE,
-                                f"the run is {run.run.status}: {run.run.error or 'not every trial ran'}",
-                                {}, {}))
+        rules.append(ValidityResult(name="run_complete", description="every planned trial ran", verdict=INCONCLUSIVE,
+                                    reason=f"the run is {run.run.status}: {run.run.error or 'not every trial ran'}",
+                                    params={}, numbers=ValidityNumbers()))
     if problems := damage(run):
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        rules.append(RuleResult("run_intact", "validity", "every recorded piece of the run is on disk", INCONCLUSIVE,
-                                f"{problems[0]}{more}", {}, {"problems": problems}))
+        rules.append(ValidityResult(name="run_intact", description="every recorded piece of the run is on disk",
+                                    verdict=INCONCLUSIVE, reason=f"{problems[0]}{more}", params={},
+                                    numbers=ValidityNumbers(problems=problems)))
     if run.aa:
         rules.append(evaluate_aa_noise(run))
         for check in run.scenario.checks:

@@ -214,6 +214,15 @@ def _check_unit(name: str, value: float, *, lo_open: float = 0.0, hi_open: float
         raise ValueError(f"{name} must be in ({lo_open}, {hi_open}), got {value!r}")
 
 
+def _check_gain_arguments(min_gain: float, confidence: float, alpha: float, power: float) -> None:
+    """ValueError for arguments of the TPOT gain rule out of range (a caller's mistake, not data)."""
+    if not isinstance(min_gain, numbers.Real) or not (0.0 <= float(min_gain) < 1.0):
+        raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")
+    _check_unit("confidence", confidence)
+    _check_unit("alpha", alpha)
+    _check_unit("power", power)
+
+
 def _log_effect(min_gain: float, true_gain: float | None) -> float:
     """The log-scale effect a repetition planner must resolve: -log(1 - min_gain) (tell a gain of
     `min_gain` from no change), or with `true_gain` (the gain expected) log((1 - min_gain) /

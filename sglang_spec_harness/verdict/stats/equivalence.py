@@ -24,6 +24,35 @@ from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdi
 # Equivalence (accept length)
 
 
+def _checked_tolerance(rel_tolerance: float, confidence: float) -> float:
+    """The relative tolerance as a float; ValueError for a tolerance outside (0, 1) or a bad confidence."""
+    if not isinstance(rel_tolerance, numbers.Real) or not (0.0 < float(rel_tolerance) < 1.0):
+        raise ValueError(f"rel_tolerance must be in (0, 1), got {rel_tolerance!r}")
+    _check_unit("confidence", confidence)
+    return float(rel_tolerance)
+
+
+def _welch_log_ratio_interval(b: np.ndarray, c: np.ndarray, ratio: float, confidence: float) -> tuple[float, float, float]:
+    """(lo, hi, df): Welch t on the log of the ratio of means, its variance by the delta method."""
+    mb, mc = float(b.mean()), float(c.mean())
+    vb = float(b.var(ddof=1)) / (b.size * mb**2)
+    vc = float(c.var(ddof=1)) / (c.size * mc**2)
+    se = math.sqrt(vb + vc)
+    denom = (vb**2 / (b.size - 1) if vb > 0 else 0.0) + (vc**2 / (c.size - 1) if vc > 0 else 0.0)
+    df = (vb + vc) ** 2 / denom if denom > 0 else 1e9  # (underflow guard: never raise on data)
+    half = float(_st.t.ppf((1 + confidence) / 2, df)) * se
+    return ratio * math.exp(-half), ratio * math.exp(half), df
+
+
+def _interval_against_band(lo: float, hi: float, lower: float, upper: float, units: str) -> tuple[Verdict, str]:
+    """TOST's verdict for the interval [lo, hi] and the band [lower, upper], with why; `units`: what more of would help."""
+    if lo >= lower and hi <= upper:
+        return PASS, "interval inside the band"
+    if hi < lower or lo > upper:
+        return FAIL, "interval entirely outside the band (significantly different)"
+    return INCONCLUSIVE, f"interval overlaps the band's edge; more {units} needed"
+
+
 def equivalence_within(
     baseline: Values,
     candidate: Values,
@@ -51,10 +80,7 @@ def equivalence_within(
     so the ratio is exact, not an estimate: PASS if it lies in the band, FAIL otherwise. This is
     exact evidence, not noise, so it does not need an interval.
     """
-    if not isinstance(rel_tolerance, numbers.Real) or not (0.0 < float(rel_tolerance) < 1.0):
-        raise ValueError(f"rel_tolerance must be in (0, 1), got {rel_tolerance!r}")
-    _check_unit("confidence", confidence)
-    tol = float(rel_tolerance)
+    tol = _checked_tolerance(rel_tolerance, confidence)
     lower, upper = 1.0 - tol, 1.0 + tol
     b, pb = _clean(baseline, "baseline")
     c, pc = _clean(candidate, "candidate")
@@ -92,26 +118,14 @@ def equivalence_within(
         reason = f"exact ratio {ratio:.6f} (deterministic values) is {where} the {band}"
         return decision(verdict, reason, est, True)
 
-    mb, mc = float(b.mean()), float(c.mean())
-    vb = float(b.var(ddof=1)) / (b.size * mb**2)
-    vc = float(c.var(ddof=1)) / (c.size * mc**2)
-    se = math.sqrt(vb + vc)
-    denom = (vb**2 / (b.size - 1) if vb > 0 else 0.0) + (vc**2 / (c.size - 1) if vc > 0 else 0.0)
-    df = (vb + vc) ** 2 / denom if denom > 0 else 1e9  # (underflow guard: never raise on data)
-    half = float(_st.t.ppf((1 + confidence) / 2, df)) * se
-    lo, hi = ratio * math.exp(-half), ratio * math.exp(half)
+    lo, hi, df = _welch_log_ratio_interval(b, c, ratio, confidence)
     est = RatioEstimate(
         ratio, lo, hi, method="welch-t-log", reliable=True,
         reason=f"Welch t on log ratio of means, df={df:.1f}", **common,
     )
     summary = f"ratio {ratio:.4f} [{lo:.4f}, {hi:.4f}] ({confidence:.0%}), {band}"
-    if lo >= lower and hi <= upper:
-        return decision(PASS, f"{summary}: interval inside the band", est)
-    if hi < lower or lo > upper:
-        why = "interval entirely outside the band (significantly different)"
-        return decision(FAIL, f"{summary}: {why}", est)
-    why = "interval overlaps the band's edge; more trials needed"
-    return decision(INCONCLUSIVE, f"{summary}: {why}", est)
+    verdict, why = _interval_against_band(lo, hi, lower, upper, "trials")
+    return decision(verdict, f"{summary}: {why}", est)
 
 
 
@@ -131,10 +145,7 @@ def paired_equivalence_within(
     prompts, whose accept lengths differ far more than the arms do. Exact case: every d_i is 0 (greedy
     decoding of the same prompts gave the same acceptance), so the ratio is exactly 1.
     """
-    if not isinstance(rel_tolerance, numbers.Real) or not (0.0 < float(rel_tolerance) < 1.0):
-        raise ValueError(f"rel_tolerance must be in (0, 1), got {rel_tolerance!r}")
-    _check_unit("confidence", confidence)
-    tol = float(rel_tolerance)
+    tol = _checked_tolerance(rel_tolerance, confidence)
     lower, upper = 1.0 - tol, 1.0 + tol
     b, pb = _clean(baseline, "baseline")
     c, pc = _clean(candidate, "candidate")
@@ -167,8 +178,5 @@ def paired_equivalence_within(
     est = RatioEstimate(ratio, lo, hi, method="paired-t-log", reliable=True,
                         reason=f"paired t on log ratios, {d.size} pairs", **common)
     summary = f"paired over {d.size}: ratio {ratio:.4f} [{lo:.4f}, {hi:.4f}] ({confidence:.0%}), {band}"
-    if lo >= lower and hi <= upper:
-        return decision(PASS, f"{summary}: interval inside the band", est)
-    if hi < lower or lo > upper:
-        return decision(FAIL, f"{summary}: interval entirely outside the band (significantly different)", est)
-    return decision(INCONCLUSIVE, f"{summary}: interval overlaps the band's edge; more pairs needed", est)
+    verdict, why = _interval_against_band(lo, hi, lower, upper, "pairs")
+    return decision(verdict, f"{summary}: {why}", est)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
-from sglang_spec_harness.verdict.stats.base import MIN_TRIALS, GainDecision, Values, _check_unit
+from sglang_spec_harness.verdict.stats.base import MIN_TRIALS, GainDecision, Values, _check_gain_arguments
 from sglang_spec_harness.verdict.verdicts import INCONCLUSIVE
 from sglang_spec_harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from sglang_spec_harness.verdict.stats.paired import paired_tpot_gain_decision
@@ -61,11 +60,7 @@ def tpot_gain_decision(
     the smallest true gain whose interval would exclude 1 with probability `power` at this spread.
     `gain_needed_to_pass` = 1 - t * exp(-(z + z_power) * se), about min_gain + mde.
     """
-    if not isinstance(min_gain, numbers.Real) or not (0.0 <= float(min_gain) < 1.0):
-        raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")
-    _check_unit("confidence", confidence)
-    _check_unit("alpha", alpha)
-    _check_unit("power", power)
+    _check_gain_arguments(min_gain, confidence, alpha, power)
     if paired:
         return paired_tpot_gain_decision(
             baseline, candidate, min_gain=min_gain, confidence=confidence, alpha=alpha, power=power

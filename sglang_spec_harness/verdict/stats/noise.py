@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sglang_spec_harness.verdict.stats.base import NoiseFloor, RatioEstimate, Values, _check_unit, _clean
+from sglang_spec_harness.verdict.stats.base import GainDecision, NoiseFloor, RatioEstimate, Values, _check_unit, _clean
 from sglang_spec_harness.verdict.verdicts import FAIL
 from sglang_spec_harness.verdict.stats.gain import tpot_gain_decision
 from sglang_spec_harness.verdict.stats.paired import (
@@ -201,6 +201,33 @@ def _paired_noise_floor(
                   n_pairs=int(est.n_baseline), sd_log_ratio=sd, cv_within_pair=within)
 
 
+def _aa_split_decision(
+    x: np.ndarray,
+    per_arm: int,
+    rng: np.random.Generator,
+    paired: bool,
+    *,
+    min_gain: float,
+    confidence: float,
+    alpha: float,
+    resamples: int,
+) -> GainDecision:
+    """The gain rule's decision on one random A/A split of `x`, drawn from `rng` (see `false_verdict_rate`)."""
+    if paired:
+        pa, pb = _aa_pairs(x, per_arm, rng)
+        return paired_tpot_gain_decision(pa, pb, min_gain=min_gain, confidence=confidence, alpha=alpha)
+    idx = rng.permutation(x.size)[: 2 * per_arm]
+    return tpot_gain_decision(
+        x[idx[:per_arm]],
+        x[idx[per_arm:]],
+        min_gain=min_gain,
+        confidence=confidence,
+        alpha=alpha,
+        resamples=resamples,
+        seed=int(rng.integers(2**31)),
+    )
+
+
 def false_verdict_rate(
     values: Values,
     *,
@@ -244,24 +271,8 @@ def false_verdict_rate(
     rng = np.random.default_rng(seed)
     counts = {"PASS": 0, "FAIL_slower": 0, "FAIL_below_min_gain": 0, "INCONCLUSIVE": 0}
     for _ in range(n_splits):
-        if paired:
-            pa, pb = _aa_pairs(x, per_arm, rng)
-            d = paired_tpot_gain_decision(
-                pa, pb, min_gain=min_gain, confidence=confidence, alpha=alpha
-            )
-            key = d.verdict if d.verdict != FAIL else f"FAIL_{d.fail_kind}"
-            counts[key] += 1
-            continue
-        idx = rng.permutation(x.size)[: 2 * per_arm]
-        d = tpot_gain_decision(
-            x[idx[:per_arm]],
-            x[idx[per_arm:]],
-            min_gain=min_gain,
-            confidence=confidence,
-            alpha=alpha,
-            resamples=resamples,
-            seed=int(rng.integers(2**31)),
-        )
+        d = _aa_split_decision(x, per_arm, rng, paired, min_gain=min_gain, confidence=confidence, alpha=alpha,
+                               resamples=resamples)
         key = d.verdict if d.verdict != FAIL else f"FAIL_{d.fail_kind}"
         counts[key] += 1
     frac = {k: v / n_splits for k, v in counts.items()}

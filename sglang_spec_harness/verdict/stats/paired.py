@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import Literal
 
 import numpy as np
 from scipy import stats as _st
 
-from sglang_spec_harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioCommon, RatioEstimate, Values, _check_unit, _clean, _log_effect
+from sglang_spec_harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioCommon, RatioEstimate, Values, _check_gain_arguments, _check_unit, _clean, _log_effect
 from sglang_spec_harness.verdict.verdicts import INCONCLUSIVE
 from sglang_spec_harness.verdict.stats.decision import apply_gain_rule, decision_builder
 
@@ -289,11 +288,7 @@ def paired_tpot_gain_decision(
     repetitions"; `p_value` is the two-sided signed-rank p; `mde` comes from the t interval
     (`paired_minimum_detectable_gain`). ValueError for mismatched lengths (programmer error).
     """
-    if not isinstance(min_gain, numbers.Real) or not (0.0 <= float(min_gain) < 1.0):
-        raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")
-    _check_unit("confidence", confidence)
-    _check_unit("alpha", alpha)
-    _check_unit("power", power)
+    _check_gain_arguments(min_gain, confidence, alpha, power)
     est = paired_ratio_ci(baseline, candidate, confidence=confidence)
     t = 1.0 - float(min_gain)
     mde = _paired_mde_from_interval(est, power) if est.reliable else None

@@ -1,7 +1,7 @@
 """Child program of tests/test_sglang_real_wheel.py: SGLang 0.5.23's real draft code on CPU.
 
 `python sglang_wheel_probe.py ROOT PLATFORM OUT.pt` serves `sglang` from the extracted wheel
-(tests/sglang_wheel.py), imports the real worker module (through the harness patch when the
+(tests/support/sglang_wheel.py), imports the real worker module (through the harness patch when the
 bootstrap installed it, as in a server process), drives the real `EagleDraftWorker.draft_forward`
 and `_draft_extend_for_decode` over the cases of `make_cases()`, and saves what they returned,
 their side effects and the softmax calls they made. Run with TRITON_INTERPRET=1: the real Triton
@@ -24,8 +24,8 @@ from types import SimpleNamespace
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: tests/, for `support`
+from support import sglang_wheel
 
 BLOCK = 8192  # the kernels' split width (_DRAFT_TOPK1_BLOCK): the vocabulary spans 4 splits, the last partial
 VOCAB = 3 * BLOCK + 1000

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from sglang_spec_harness.run.interrupts import SIGNALS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MARKER_ENV = "HARNESS_FAULT_MARKER"
 
 

@@ -47,7 +47,7 @@ from collections.abc import Callable
 import yaml
 from hypothesis import strategies as st
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED_TRACES = Path(os.environ.get("HARNESS_SHARED_TRACES") or REPO.parent / "shared" / "traces")
 SMALL_REAL_TRACES = ("tracelens_sglang_qwen3_8b_decode_rocm.json.gz", "tracelens_vllm_decode_full_graph_execution_rocm.json.gz",
                      "kineto_unittest_after_fix_trace.json")
@@ -483,7 +483,7 @@ def nsys_case(draw: Callable, root: Path, real: bool = False) -> Case:
 def build_base_runs(root: Path) -> list[Path]:
     """Two complete, PASSing run directories: the planted one (tests/rundir_factory.py) and the
     hand-built one with real CPU profiler traces (tests/test_report.py), checked once."""
-    from rundir_factory import Arm, file_facts, write_run_dir
+    from support.rundir_factory import Arm, file_facts, write_run_dir
     from test_report import make_run_dir
 
     from sglang_spec_harness.verdict.rules import check_run_dir

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from sglang_spec_harness.verdict.rules import check_run_dir
-from rundir_factory import Arm, file_facts, write_run_dir
+from support.rundir_factory import Arm, file_facts, write_run_dir
 
 START = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 

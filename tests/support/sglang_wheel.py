@@ -297,7 +297,7 @@ def _standins(platform: str, spec: Any, prepare_for_draft_extend: Callable[..., 
 
 
 def _placeholder_module(name: str) -> types.ModuleType:
-    module = types.ModuleType(name, f"placeholder for {name} (tests/sglang_wheel.py)")
+    module = types.ModuleType(name, f"placeholder for {name} (tests/support/sglang_wheel.py)")
     cache: dict[str, type] = {}
 
     def __getattr__(attr: str) -> type:

@@ -1,7 +1,7 @@
 """Child program of tests/test_sglang_cpu_stand_ins.py: the sgl-kernel CPU ops' callers in SGLang 0.5.23.
 
 `python sglang_cpu_stand_ins_probe.py ROOT PLATFORM OUT.pt` serves `sglang` from the extracted wheel
-(tests/sglang_wheel.py) as PLATFORM and calls SGLang's own wrappers (`*_func`, and the few callers
+(tests/support/sglang_wheel.py) as PLATFORM and calls SGLang's own wrappers (`*_func`, and the few callers
 above them lifted from the wheel) on the cases of `make_cases()`, then saves every tensor each call
 returned or wrote:
 
@@ -26,8 +26,8 @@ from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: tests/, for `support`
+from support import sglang_wheel
 
 TREE_OPS = ("build_tree_kernel_efficient", "verify_tree_greedy")
 OPS = ("copy_all_layer_kv_cache", "move_accept_tokens", "assign_req_to_token_pool", "fill_bonus_tokens",

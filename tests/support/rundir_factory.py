@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from sglang_spec_harness.scenario import SCENARIO_END
+from sglang_spec_harness.traces.analysis import combine
 from sglang_spec_harness.traces.schema import FileAnalysis
 
 SCENARIO = {
@@ -125,8 +126,9 @@ def write_run_dir(root: Path, baseline: Arm, candidate: Arm, *, scenario: dict |
         _write_trial(run / "trials" / name, index, variant, "profiled", 0, arm, arm.tpot_ms[0] * 1.3)
         plan.append({"index": index, "variant": variant, "kind": "profiled", "repetition": 0, "dir": f"trials/{name}"})
         if arm.profile is not None:
+            combined = combine([FileAnalysis.model_validate(f) for f in arm.profile]).model_dump(mode="json")
             analysis[name] = {"schema_version": 1, "patterns": {}, "region_table": [], "files": arm.profile,
-                              "combined": {}}
+                              "combined": combined}
     (run / "run.json").write_text(json.dumps({"schema_version": 1, "scenario": scenario["name"], "aa": aa,
                                               "status": status, "error": None, "plan": plan}))
     (run / "analysis.json").write_text(json.dumps({"schema_version": 1, "trials": analysis}))

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from proc_helpers import group_gone, process_gone
+from support.proc_helpers import group_gone, process_gone
 
 CLEAN = '"""bisect demo patch, revision {i}: changes nothing."""\nREVISION = {i}\n'
 SOFTMAX_BACK = '''"""bisect demo patch, revision {i}: selects draft tokens without the topk==1 fast path."""
