@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -412,13 +413,14 @@ def _read_trials(loader: _Loader, run: RunRecord) -> list[Trial]:
     names += [p.relative_to(loader.path).as_posix() for p in sorted(trials_dir.glob("*/trial.json"))] \
         if trials_dir.is_dir() else []
     trials: list[Trial] = []
-    seen: set[Path] = set()
+    seen: set[str] = set()
     for name in names:
-        path = loader.path / name
-        if path in seen or not inside(loader.path, path.parent) or path.parent.resolve() == loader.path.resolve():
-            continue  # outside the run directory: a planned trial without a record
-        seen.add(path)
-        if (record := loader.record(name, TrialRecord)) is not None:
+        rel = Path(os.path.normpath(name))
+        if rel.is_absolute() or rel.parts[0] == ".." or rel.parent == Path(".") or str(rel) in seen:
+            continue  # a name leading out of the run directory: a planned trial without a record
+        seen.add(str(rel))
+        path = loader.path / rel  # a link out of the run directory is damage (`_Loader.record`)
+        if (record := loader.record(rel.as_posix(), TrialRecord)) is not None:
             trials.append(Trial(dir=path.parent, record=record))
     trials.sort(key=lambda t: t.record.index)
     return trials
