@@ -20,7 +20,7 @@ from sglang_spec_harness.run.execute import RunProgress, RunResult, run_scenario
 from sglang_spec_harness.run.interrupts import Terminated
 from sglang_spec_harness.run.plan import Selection
 from sglang_spec_harness.scenario import Scenario
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, Verdict
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, Verdict
 
 # A server log line that says why it stopped (the last such line is the reason shown).
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|failed|Killed|refused)", re.IGNORECASE)

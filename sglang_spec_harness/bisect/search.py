@@ -37,7 +37,7 @@ from sglang_spec_harness.run.execute import RunProgress
 from sglang_spec_harness.run.interrupts import Terminated, signals_raise_interrupt
 from sglang_spec_harness.run.plan import with_run_seed
 from sglang_spec_harness.scenario import require_fixed_design, Scenario, load_scenario
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, Verdict
 
 MARKS = {PASS: "good", FAIL: "bad", INCONCLUSIVE: "skip"}
 

@@ -31,8 +31,7 @@ from sglang_spec_harness.history import db
 from sglang_spec_harness.history.changepoints import ChangePoint, Options, change_points, exact_change_points
 from sglang_spec_harness.history.explain import Explainer
 from sglang_spec_harness.rundir import as_list, as_object
-from sglang_spec_harness.traces.regions import NO_REGION
-from sglang_spec_harness.verdict.verdicts import FAIL, PASS
+from sglang_spec_harness.vocabulary import FAIL, NO_REGION, PASS
 
 FACTS_VERSION = 2
 EXIT_OK, EXIT_REGRESSION, EXIT_NO_DATA = 0, 1, 3

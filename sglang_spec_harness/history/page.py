@@ -18,7 +18,7 @@ from sglang_spec_harness.history.figures import series_figure
 from sglang_spec_harness.report.figures import variant_colour
 from sglang_spec_harness.report.numbers import fmt
 from sglang_spec_harness.report.page import relative_link, render
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
 GATE_WORD = {FAIL: "REGRESSION", PASS: "NO REGRESSION", "NO DATA": "NO DATA"}
 

@@ -26,10 +26,7 @@ import pandas as pd
 from sglang_spec_harness.rundir import as_object
 from sglang_spec_harness.report.data import ReportData, TrialRecord
 from sglang_spec_harness.report.figures import CountBar, TimelineBar
-
-REGION_ORDER = ["DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND", "PREFILL", "(none)"]
-CYCLE_REGIONS = ("DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND")
-NO_REGION = "(none)"
+from sglang_spec_harness.vocabulary import CYCLE_REGIONS, NO_REGION, REGION_ORDER
 DEFAULT_PATTERN = "softmax"
 TOP_N = 8
 MAX_TIMELINE_UNITS = 60

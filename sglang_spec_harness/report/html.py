@@ -19,7 +19,7 @@ from sglang_spec_harness.report.data import ReportData, plottable
 from sglang_spec_harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
 from sglang_spec_harness.report.page import VERDICT_CLASS, render
 from sglang_spec_harness.scenario import render_args
-from sglang_spec_harness.verdict.verdicts import FAIL, INFO, PASS
+from sglang_spec_harness.vocabulary import FAIL, INFO, PASS
 
 
 def _safe(data: ReportData, label: str, draw: Any, *args: Any) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 from sglang_spec_harness.errors import encodable
 from sglang_spec_harness.files import write_text_atomic
 from sglang_spec_harness.report.data import ReportData
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 
 def _duration_s(run: dict[str, Any]) -> float:

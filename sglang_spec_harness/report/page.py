@@ -21,7 +21,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from sglang_spec_harness import __version__
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 VERDICT_CLASS = {v.value: v.value for v in Verdict}
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WrapValidato
 from pydantic.dataclasses import dataclass
 
 from sglang_spec_harness.traces.schema import FileAnalysis
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 # The version of the run directory's versioned records (run.json, analysis.json, environment.json,
 # results.json): `harness check` refuses another one, the report shows a note.
