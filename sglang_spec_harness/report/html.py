@@ -17,7 +17,7 @@ from sglang_spec_harness.report import figures
 from sglang_spec_harness.rundir import as_object
 from sglang_spec_harness.report.data import ReportData, plottable
 from sglang_spec_harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
-from sglang_spec_harness.report.page import VERDICT_CLASS, render
+from sglang_spec_harness.pages.templates import VERDICT_CLASS, render
 from sglang_spec_harness.scenario import render_args
 from sglang_spec_harness.vocabulary import FAIL, INFO, PASS
 

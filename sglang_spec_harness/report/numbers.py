@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_spec_harness.pages.numbers import fmt, pct
 from sglang_spec_harness.rundir import as_object
 from sglang_spec_harness.report.data import ReportData, plottable
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number for people: a fixed number of significant digits; text and None pass through."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
-
-
-def pct(value: Any) -> str:
-    return f"{value * 100:.1f}%" if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
 
 
 def _floats(values: Any) -> list[float]:
