@@ -16,7 +16,8 @@ from sglang_spec_harness.bisect.reuse import StoredPoint, copy_stored_run
 from sglang_spec_harness.releases.environments import ReleaseEnvironment
 from sglang_spec_harness.rundir import CheckResults, RunRecord, SweepPoint, read_record, write_record
 from sglang_spec_harness.run.combine import adopt_trials
-from sglang_spec_harness.run.execute import RunProgress, RunResult, run_scenario
+from sglang_spec_harness.run.execute import RunResult, run_scenario
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import Terminated
 from sglang_spec_harness.run.plan import Selection
 from sglang_spec_harness.scenario import Scenario
