@@ -26,12 +26,12 @@ from typing import Protocol
 from sglang_spec_harness.bisect.git import BisectState, Commit, GitBisect, Repo, Worktrees
 from sglang_spec_harness.bisect.page import write_page
 from sglang_spec_harness.bisect.plan import at_commit, choose_rules, paths_inside, step_plan
-from sglang_spec_harness.bisect.points import PointRunner, at_release
+from sglang_spec_harness.bisect.points import PointRunner, at_release, provider_for
 from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Point, Release, Step
 from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
-from sglang_spec_harness.releases.environments import ReleaseUnavailable, provider_for
+from sglang_spec_harness.releases.environments import ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
 from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.run.progress import RunProgress

@@ -29,12 +29,12 @@ from typing import Any, Protocol
 
 from sglang_spec_harness.bisect.git import Repo, Worktrees
 from sglang_spec_harness.bisect.plan import StepPlan, at_commit, choose_rules, paths_inside, step_plan
-from sglang_spec_harness.bisect.points import PointRunner, at_release
+from sglang_spec_harness.bisect.points import PointRunner, at_release, provider_for
 from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS, HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
 from sglang_spec_harness.history.extract import read_run
-from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable, provider_for
+from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
 from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import Terminated, signals_raise_interrupt
