@@ -9,6 +9,7 @@ from typing import Any
 from sglang_spec_harness.pages.numbers import fmt, pct
 from sglang_spec_harness.rundir import as_object
 from sglang_spec_harness.report.data import ReportData, plottable
+from sglang_spec_harness.vocabulary import RuleKind
 
 
 def _floats(values: Any) -> list[float]:
@@ -53,7 +54,7 @@ class TpotNumbers:
 
 def tpot_numbers(data: ReportData) -> TpotNumbers:
     """From the tpot_gain rule when there is one, else the plain ratio of medians of the trials."""
-    rules = data.rules_of_kind("tpot_gain")
+    rules = data.rules_of_kind(RuleKind.TPOT_GAIN)
     if rules and isinstance(rules[0].get("numbers"), dict):
         n = rules[0]["numbers"]
 
@@ -96,7 +97,7 @@ def accept_line(data: ReportData) -> str:
         if values
     ]
     text = "Accept length: " + ("; ".join(parts) if parts else "no timed trial reported one")
-    rules = data.rules_of_kind("accept_length")
+    rules = data.rules_of_kind(RuleKind.ACCEPT_LENGTH)
     if rules and isinstance(rules[0].get("numbers"), dict):
         n = rules[0]["numbers"]
         ratio, low, high, tolerance = (plottable(n.get(k)) for k in ("ratio", "ci_low", "ci_high", "rel_tolerance"))
@@ -129,7 +130,7 @@ def counts_from_rules(data: ReportData) -> list[CountRow]:
     """The observations of the kernel_count rules (the regions and patterns the rules name)."""
     rows: list[CountRow] = []
     seen: set[tuple[str, ...]] = set()  # (variant, trial, rank, region, pattern)
-    for rule in data.rules_of_kind("kernel_count"):
+    for rule in data.rules_of_kind(RuleKind.KERNEL_COUNT):
         numbers = as_object(rule.get("numbers"))
         for obs in numbers.get("observations") or []:
             if not isinstance(obs, dict):
