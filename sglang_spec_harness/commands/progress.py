@@ -68,7 +68,8 @@ class TerminalProgress(RunProgress):
 
     def say(self, text: str) -> None:
         if self.bars is not None:
-            self.bars.console.print(self.indent + text, markup=False, highlight=False)  # may quote server output
+            # as is (it may quote server output), one line however wide
+            self.bars.console.print(self.indent + text, markup=False, highlight=False, soft_wrap=True)
         else:
             print(self.indent + text, file=self.stream or sys.stdout, flush=True)
 
