@@ -13,6 +13,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 PACKAGE = "sglang_spec_harness"
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 
@@ -144,28 +146,31 @@ def cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
 # ---- the harness --------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def edges() -> dict[tuple[str, str], list[str]]:
+    return stage_imports(PACKAGE_DIR)
+
+
 def test_every_stage_is_in_the_declared_order():
     stages = {stage_of(module_name(p, PACKAGE_DIR.parent)[0]) for p in PACKAGE_DIR.rglob("*.py")}
     assert stages == set(STAGE_ORDER)
 
 
-def test_no_stage_imports_a_later_stage():
-    assert back_imports(stage_imports(PACKAGE_DIR), STAGE_ORDER) == []
+def test_no_stage_imports_a_later_stage(edges):
+    assert back_imports(edges, STAGE_ORDER) == []
 
 
-def test_no_cycles_between_stages():
-    assert cycles(stage_imports(PACKAGE_DIR)) == []
+def test_no_cycles_between_stages(edges):
+    assert cycles(edges) == []
 
 
-def test_the_micro_engine_stands_apart():
+def test_the_micro_engine_stands_apart(edges):
     """It imports only the package's version, and no stage imports it."""
-    edges = stage_imports(PACKAGE_DIR)
     assert [pair for pair in edges if "micro" in pair] == [("micro", "__init__")]
 
 
-def test_the_leaves_import_only_the_leaves_before_them():
+def test_the_leaves_import_only_the_leaves_before_them(edges):
     """errors and the package root import nothing of the harness; vocabulary only the exit codes."""
-    edges = stage_imports(PACKAGE_DIR)
     assert sorted(imported for source, imported in edges if source in ("__init__", "errors")) == []
     assert sorted(imported for source, imported in edges if source == "vocabulary") == ["errors"]
 
