@@ -13,10 +13,10 @@ from sglang_spec_harness.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 # ---- verdicts -----------------------------------------------------------------------------------
 
 
+# A verdict as results.json, JUnit, the pages and the terminal spell it (a StrEnum: each verdict is
+# its string, so it compares, formats and serialises as that string). No docstring: it would become
+# the description of every verdict field in the committed JSON Schemas.
 class Verdict(StrEnum):
-    """A verdict as results.json, JUnit, the pages and the terminal spell it (a StrEnum: each
-    verdict is its string, so it compares, formats and serialises as that string)."""
-
     PASS = "PASS"
     FAIL = "FAIL"
     INCONCLUSIVE = "INCONCLUSIVE"
