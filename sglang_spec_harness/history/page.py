@@ -5,7 +5,7 @@ point with the commits on either side and links to the run reports, one small ch
 between the runs on either side) under its group's charts, and every run with its status (damaged
 and incomplete ones with their reason). An exact series that never changed is one line of a table,
 not a chart. This module gathers the values from the facts (history.json; facts written before
-sweeps and explanations still render); `sglang_spec_harness/templates/trend.html` lays them out."""
+sweeps and explanations still render); `sglang_spec_harness/pages/templates/trend.html` lays them out."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 from sglang_spec_harness.history.figures import series_figure
 from sglang_spec_harness.pages.figures import variant_colour
 from sglang_spec_harness.pages.numbers import fmt, signed_pct
-from sglang_spec_harness.pages.templates import relative_link, render
+from sglang_spec_harness.pages.render import relative_link, render
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
 GATE_WORD = {FAIL: "REGRESSION", PASS: "NO REGRESSION", "NO DATA": "NO DATA"}

@@ -1,7 +1,7 @@
 """The page machinery every HTML page of the harness shares: the run report (`report/`), the trend
 page (`history/page.py`) and the bisection page (`bisect/page.py`).
 
-- `templates.py`: the Jinja2 environment over `sglang_spec_harness/templates/` (package data),
+- `render.py`: the Jinja2 environment over `templates/` here (package data),
   autoescaped; `render`, `relative_link`, `verdict_class`.
 - `figures.py`: the figure style, colours and the inline-SVG writer (matplotlib).
 - `numbers.py`: numbers for people (`fmt`, `pct`, `signed_pct`).

@@ -1,4 +1,4 @@
-"""The pages' templates: Jinja2 over `sglang_spec_harness/templates/` (package data).
+"""The pages' templates: Jinja2 over `sglang_spec_harness/pages/templates/` (package data).
 
 `base.html` is the document shell every page extends: inline CSS (`page.css`), a
 Content-Security-Policy that forbids every load (pages open from disk with no network and no
@@ -38,7 +38,7 @@ def relative_link(target: str | Path, start: str | Path) -> str:
 
 
 _ENV = Environment(
-    loader=PackageLoader("sglang_spec_harness", "templates"),
+    loader=PackageLoader("sglang_spec_harness.pages", "templates"),
     autoescape=True,  # every template is HTML (or CSS included into one)
     undefined=StrictUndefined,  # a misspelt name fails the render instead of showing nothing
     trim_blocks=True,
