@@ -14,7 +14,7 @@ from typing import Any
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.rundir import SCHEMA_VERSION, as_list, as_object, inside, read_json
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 # The overall verdicts results.json may hold (a rule may also be INFO).
 VERDICTS = (Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE)

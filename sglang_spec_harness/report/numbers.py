@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from sglang_spec_harness.pages.numbers import fmt, pct
 from sglang_spec_harness.report.data import ReportData, plottable
 from sglang_spec_harness.rundir.rule_numbers import AcceptLengthNumbers, KernelObservation, TpotGainNumbers, numbers_of
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number for people: a fixed number of significant digits; text and None pass through."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
-
-
-def pct(value: Any) -> str:
-    return f"{value * 100:.1f}%" if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
+from sglang_spec_harness.vocabulary import RuleKind
 
 
 def _floats(values: Any) -> list[float]:
@@ -74,7 +56,7 @@ class TpotNumbers:
 
 def tpot_numbers(data: ReportData) -> TpotNumbers:
     """From the tpot_gain rule when there is one, else the plain ratio of medians of the trials."""
-    rules = data.rules_of_kind("tpot_gain")
+    rules = data.rules_of_kind(RuleKind.TPOT_GAIN)
     if rules and isinstance(n := numbers_of(rules[0]), TpotGainNumbers):
         return TpotNumbers(
             baseline_ms=_floats(n.baseline_ms),
@@ -112,7 +94,7 @@ def accept_line(data: ReportData) -> str:
         if values
     ]
     text = "Accept length: " + ("; ".join(parts) if parts else "no timed trial reported one")
-    rules = data.rules_of_kind("accept_length")
+    rules = data.rules_of_kind(RuleKind.ACCEPT_LENGTH)
     if rules and isinstance(n := numbers_of(rules[0]), AcceptLengthNumbers):
         ratio, low, high, tolerance = (plottable(v) for v in (n.ratio, n.ci_low, n.ci_high, n.rel_tolerance))
         if ratio is not None:
@@ -129,7 +111,7 @@ def counts_from_rules(data: ReportData) -> list[KernelObservation]:
     once; one that does not read as an observation (a damaged results.json) is left out."""
     rows: list[KernelObservation] = []
     seen: set[tuple[str, str, int, str, str]] = set()
-    for rule in data.rules_of_kind("kernel_count"):
+    for rule in data.rules_of_kind(RuleKind.KERNEL_COUNT):
         observations = rule.get("numbers", {}).get("observations") if isinstance(rule.get("numbers"), dict) else None
         for obs in observations if isinstance(observations, list) else []:
             try:
