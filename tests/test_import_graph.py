@@ -28,10 +28,10 @@ STAGE_ORDER = (
     "extras",
     "shipped",
     "files",  # atomic writes, the `latest` link
+    "traces",  # before the scenario: a scenario's region rules are the analysis's RegionRule
     "scenario",
     "patches",
     "engines",
-    "traces",
     "rundir",  # the run directory: the contract every later stage reads
     "verdict",
     "run",
