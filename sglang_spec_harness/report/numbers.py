@@ -14,20 +14,12 @@ from sglang_spec_harness.rundir.rule_numbers import AcceptLengthNumbers, KernelO
 from sglang_spec_harness.vocabulary import RuleKind
 
 
-def _floats(values: Any) -> list[float]:
-    if not isinstance(values, list):
-        return []
-    return [v for v in map(plottable, values) if v is not None]
-
-
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
 @dataclass(frozen=True)
 class TpotNumbers:
-    baseline_ms: list[float]
-    candidate_ms: list[float]
     ratio: float | None
     ci_low: float | None
     ci_high: float | None
@@ -59,8 +51,6 @@ def tpot_numbers(data: ReportData) -> TpotNumbers:
     rules = data.rules_of_kind(RuleKind.TPOT_GAIN)
     if rules and isinstance(n := numbers_of(rules[0]), TpotGainNumbers):
         return TpotNumbers(
-            baseline_ms=_floats(n.baseline_ms),
-            candidate_ms=_floats(n.candidate_ms),
             ratio=plottable(n.ratio),
             ci_low=plottable(n.ci_low),
             ci_high=plottable(n.ci_high),
@@ -74,7 +64,7 @@ def tpot_numbers(data: ReportData) -> TpotNumbers:
     cand = [v for t in data.trials_of("candidate", "timed") if (v := t.number("median_tpot_ms")) is not None]
     mb, mc = median_or_none(base), median_or_none(cand)
     ratio = mc / mb if mb and mc is not None else None
-    return TpotNumbers(base, cand, ratio, None, None, None, None, None, None, None)
+    return TpotNumbers(ratio, None, None, None, None, None, None, None)
 
 
 def accept_lengths(data: ReportData) -> dict[str, list[float]]:
