@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
