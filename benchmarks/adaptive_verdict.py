@@ -39,7 +39,7 @@ from sglang_spec_harness.run.plan import rotation  # noqa: E402
 from sglang_spec_harness.scenario import TpotGainCheck  # noqa: E402
 from sglang_spec_harness.verdict import stats  # noqa: E402
 from sglang_spec_harness.verdict.rules import look_levels  # noqa: E402
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS  # noqa: E402
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sglang_spec_harness.run.plan import rotation  # noqa: E402
-from sglang_spec_harness.verdict.verdicts import FAIL, PASS  # noqa: E402
+from sglang_spec_harness.vocabulary import FAIL, PASS  # noqa: E402
 from sglang_spec_harness.verdict.stats.nested import nested_tpot_gain_decision  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))

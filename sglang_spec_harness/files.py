@@ -5,7 +5,7 @@ goes through here (run directories, results.json, the report, the trend page, th
   leaves the previous version and no temporary file.
 - `append_whole`: one line added to a log whole or not at all (requests.jsonl as requests finish).
 - `Reserve`: space set aside in a run directory for its last records.
-- `update_latest_link`: the `latest` link, replaced in one step.
+- `update_latest_link`: the `latest` link, replaced in one step (`point_latest_at_newest_run`: at the newest run).
 - `new_stamped_dir`: a new folder `STAMP-NAME[-N]` (run directories, bisections).
 - `read_head`: the first bytes of a user's file, every way of failing to open it one line.
 
@@ -134,6 +134,24 @@ def update_latest_link(target: Path, link: Path) -> bool:
     except OSError:
         return False
     return True
+
+
+def point_latest_at_newest_run(run_dir: Path) -> Path | None:
+    """Point `reports/latest` at the newest run in the `runs` folder holding `run_dir` (by name:
+    names start with a timestamp), so that rebuilding an old run's report leaves it on the newest.
+    Only inside a folder named `runs` (a run directory copied elsewhere gets no link beside it);
+    never raises. Returns the link, or None."""
+    run_dir = Path(run_dir).resolve()
+    runs = run_dir.parent
+    if runs.name != "runs":
+        return None
+    try:
+        newest = max((p for p in runs.iterdir() if p.is_dir() and (p / "run.json").exists()), key=lambda p: p.name,
+                     default=run_dir)
+    except OSError:
+        return None
+    link = latest_link_path(runs)
+    return link if update_latest_link(newest, link) else None
 
 
 def read_head(path: Path | str, size: int, expected: str) -> bytes:

@@ -27,6 +27,7 @@ from pydantic import (
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import read_head
 from sglang_spec_harness.traces.schema import REGION_NAME, ScenarioRegionRule
+from sglang_spec_harness.vocabulary import DRAFT_DECODE, DRAFT_EXTEND, TARGET_VERIFY
 
 LEGACY_PACKAGE = "harness"  # the import name before the rename (it collides on the package registry)
 
@@ -377,9 +378,9 @@ class ExplainedGainCheck(_Comparison):
     kind: Literal["explained_gain"]
     pattern: str = "softmax"
     confidence: float = Field(0.95, gt=0.5, lt=1, description="of the TPOT interval the ratio's interval comes from")
-    regions: list[str] = Field(default_factory=lambda: ["DRAFT_DECODE", "DRAFT_EXTEND"])
+    regions: list[str] = Field(default_factory=lambda: [DRAFT_DECODE, DRAFT_EXTEND])
     reference_region: str | None = Field(
-        "TARGET_VERIFY",
+        TARGET_VERIFY,
         description="a region the change does not touch: each variant's region times are scaled by the baseline's "
         "time of it over the variant's, which cancels one profiled trial running on a slower machine than the other; "
         "null: no scaling",

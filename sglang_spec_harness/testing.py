@@ -38,7 +38,8 @@ from sglang_spec_harness.run.workload import Prompt, send_requests
 from sglang_spec_harness.scenario import ProfileSpec, WorkloadSpec
 from sglang_spec_harness.traces.analysis import TraceAnalysis, analyze_traces
 from sglang_spec_harness.traces.patterns import DEFAULT_COUNT_PATTERNS
-from sglang_spec_harness.traces.regions import DEFAULT_SGLANG_REGIONS, NO_REGION, RegionTable, region_table
+from sglang_spec_harness.traces.regions import DEFAULT_SGLANG_REGIONS, RegionTable, region_table
+from sglang_spec_harness.vocabulary import NO_REGION
 from sglang_spec_harness.traces.replays import CountUnavailable, ReplayCounts, counting_query, replay_counts
 
 __all__ = [

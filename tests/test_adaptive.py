@@ -20,7 +20,7 @@ from sglang_spec_harness.scenario import SCENARIO_END, TpotGainCheck, load_scena
 from sglang_spec_harness.verdict import stats
 from sglang_spec_harness.verdict.rules import look_levels
 from sglang_spec_harness.verdict.stats.sequential import boundaries, nominal_levels, spent
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
 REPO = Path(__file__).resolve().parents[1]
 CHECK = TpotGainCheck(name="tpot", kind="tpot_gain", min_gain=0.01)

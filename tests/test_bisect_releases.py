@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_spec_harness.bisect.search import find_change
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP = INCONCLUSIVE

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from sglang_spec_harness.commands.cli import main as harness_main
-from sglang_spec_harness.report import append_step_summary, build_report, update_latest_link
+from sglang_spec_harness.files import point_latest_at_newest_run
+from sglang_spec_harness.report import append_step_summary, build_report
 from sglang_spec_harness.report.data import load_report_data
 
 SCENARIO_YAML = """\
@@ -480,11 +481,11 @@ def test_latest_link_points_at_newest_run_and_is_idempotent(run_dir):
     link = runs.parent / "latest"
     build_report(older)
     assert link.is_symlink() and link.resolve() == run_dir.resolve()  # newest, not the one rebuilt
-    assert update_latest_link(run_dir) == link and update_latest_link(run_dir) == link
+    assert point_latest_at_newest_run(run_dir) == link and point_latest_at_newest_run(run_dir) == link
     assert link.resolve() == run_dir.resolve()
     newer = runs / "20261130-000000-tiny"
     shutil.copytree(run_dir, newer)
-    update_latest_link(run_dir)
+    point_latest_at_newest_run(run_dir)
     assert link.resolve() == newer.resolve()
 
 

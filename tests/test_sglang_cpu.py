@@ -23,7 +23,8 @@ import yaml
 from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.run.environment import require_engine
-from sglang_spec_harness.run.execute import RunProgress, run_scenario
+from sglang_spec_harness.run.execute import run_scenario
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.rundir import EnvironmentRecord
 from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
 from sglang_spec_harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR

@@ -1,7 +1,7 @@
 """index.html of a bisection: the outcome, then one row per step linking that step's run report.
 
-Built on the page machinery every report shares (sglang_spec_harness/report/page.py), self-contained like them:
-this module gathers the values, `sglang_spec_harness/templates/bisect.html` lays them out.
+Built on the page machinery every report shares (sglang_spec_harness/pages/), self-contained like them:
+this module gathers the values, `sglang_spec_harness/pages/templates/bisect.html` lays them out.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sglang_spec_harness.bisect.result import BisectResult
 from sglang_spec_harness.files import write_text_atomic
-from sglang_spec_harness.report.page import relative_link, render
+from sglang_spec_harness.pages.render import relative_link, render
 
 BANNER = {"found": ("FAIL", "FOUND"), "not narrowed": ("INCONCLUSIVE", "NOT NARROWED"),
           "bad passes": ("INCONCLUSIVE", "BAD PASSES"), "no change": ("INCONCLUSIVE", "NO CHANGE"),

@@ -22,14 +22,15 @@ from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.run.plan import TrialKind, make_plan
 from sglang_spec_harness.scenario import Check, KernelCountCheck, Scenario
 from sglang_spec_harness.verdict.rules import expects_absence
+from sglang_spec_harness.vocabulary import RuleKind
 
 Need = tuple[str, TrialKind]  # (arm, kind)
 # Rules judged without timed trials: exact evidence, no retries, the default set.
-EXACT_KINDS = ("kernel_count", "output_identity")
+EXACT_KINDS = (RuleKind.KERNEL_COUNT, RuleKind.OUTPUT_IDENTITY)
 # The kinds of trials a comparison rule reads, by rule kind (default: the timed ones).
 _TRIAL_KINDS: dict[str, tuple[TrialKind, ...]] = {
-    "output_identity": ("profiled",),
-    "explained_gain": ("timed", "profiled"),
+    RuleKind.OUTPUT_IDENTITY: ("profiled",),
+    RuleKind.EXPLAINED_GAIN: ("timed", "profiled"),
 }
 
 

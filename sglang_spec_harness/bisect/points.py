@@ -13,17 +13,37 @@ from pathlib import Path
 
 from sglang_spec_harness.bisect.plan import StepPlan
 from sglang_spec_harness.bisect.reuse import StoredPoint, copy_stored_run
-from sglang_spec_harness.releases.environments import ReleaseEnvironment
+from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, TargetInstall, check_provider_name
 from sglang_spec_harness.rundir import CheckResults, RunRecord, SweepPoint, read_record, write_record
 from sglang_spec_harness.run.combine import adopt_trials
-from sglang_spec_harness.run.execute import RunProgress, RunResult, run_scenario
+from sglang_spec_harness.run.execute import RunResult, run_scenario
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import Terminated
 from sglang_spec_harness.run.plan import Selection
 from sglang_spec_harness.scenario import Scenario
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, Verdict
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, Verdict
 
 # A server log line that says why it stopped (the last such line is the reason shown).
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|failed|Killed|refused)", re.IGNORECASE)
+
+
+PROVIDERS = ("auto", "sglang-cpu", "target")
+CPU_PATCH_PREFIX = "sglang_spec_harness.sglang_cpu"
+
+
+def provider_for(name: str, python: str, patches: list[str]) -> EnvironmentProvider:
+    """Where a release point runs, as `--environments NAME` asks: `sglang-cpu`, this CPU's
+    environments (`sglang_spec_harness.sglang_cpu.releases`); `target`, the release installed
+    beside the variant's interpreter; `auto`, this CPU's when the variant runs the CPU shims (a CPU
+    scenario), else the target's."""
+    check_provider_name(name, PROVIDERS)
+    if name == "auto":
+        name = "sglang-cpu" if any(p.startswith(CPU_PATCH_PREFIX) for p in patches) else "target"
+    if name == "sglang-cpu":
+        from sglang_spec_harness.sglang_cpu.releases import SglangCpuReleases  # only for CPU scenarios
+
+        return SglangCpuReleases(python)
+    return TargetInstall(python)
 
 
 def at_release(scenario: Scenario, variant: str, environment: ReleaseEnvironment) -> Scenario:

@@ -13,7 +13,7 @@ from sglang_spec_harness.bisect.git import Commit
 from sglang_spec_harness.bisect.plan import StepPlan
 from sglang_spec_harness.bisect.reuse import StoredPoint
 from sglang_spec_harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS
-from sglang_spec_harness.verdict.verdicts import PASS, Verdict
+from sglang_spec_harness.vocabulary import PASS, Verdict
 
 DEFAULT_OUT_ROOT = Path("reports/bisect")
 

@@ -21,23 +21,24 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from sglang_spec_harness.bisect.git import BisectState, Commit, GitBisect, Repo, Worktrees
 from sglang_spec_harness.bisect.page import write_page
 from sglang_spec_harness.bisect.plan import at_commit, choose_rules, paths_inside, step_plan
-from sglang_spec_harness.bisect.points import PointRunner, at_release
+from sglang_spec_harness.bisect.points import PointRunner, at_release, provider_for
 from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Point, Release, Step
 from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
-from sglang_spec_harness.releases.environments import ReleaseUnavailable, provider_for
+from sglang_spec_harness.releases.environments import ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
 from sglang_spec_harness.engines import server_python
-from sglang_spec_harness.run.execute import RunProgress
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import Terminated, signals_raise_interrupt
 from sglang_spec_harness.run.plan import with_run_seed
 from sglang_spec_harness.scenario import require_fixed_design, Scenario, load_scenario
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, Verdict
 
 MARKS = {PASS: "good", FAIL: "bad", INCONCLUSIVE: "skip"}
 
@@ -46,20 +47,30 @@ class BaselineFailed(Exception):
     """The trials that run once failed: no point can be judged (the result says so)."""
 
 
-class BisectProgress:
-    """Hooks for showing progress; the default does nothing. `harness bisect` prints them."""
+class BisectProgress(Protocol):
+    """What a bisection says while it goes. A protocol, so that `harness bisect` prints it
+    (`commands/bisect.BisectLines`) without importing this stage; `QuietBisect` says nothing."""
 
-    run: RunProgress = RunProgress()  # the trials of each run
+    run: RunProgress  # the trials of each run
 
-    def started(self, result: BisectResult) -> None: ...
+    def started(self, result: BisectResult) -> None:
+        return None
 
-    def baseline_started(self, run_dir: Path) -> None: ...
+    def baseline_started(self, run_dir: Path) -> None:
+        return None
 
-    def step_started(self, number: int, commit: Point, role: str, left: int | None, attempt: int) -> None: ...
+    def step_started(self, number: int, commit: Point, role: str, left: int | None, attempt: int) -> None:
+        return None
 
-    def step_finished(self, step: Step) -> None: ...
+    def step_finished(self, step: Step) -> None:
+        return None
 
-    def note(self, text: str) -> None: ...
+    def note(self, text: str) -> None:
+        return None
+
+
+class QuietBisect(BisectProgress):
+    run = RunProgress()
 
 
 def _scenario_and_rules(request: BisectRequest) -> tuple[Scenario, list, str]:
@@ -110,7 +121,7 @@ def prepare(request: BisectRequest) -> tuple[Scenario, Repo | None, BisectResult
 def run_bisection(request: BisectRequest, progress: BisectProgress | None = None) -> BisectResult:
     """Bisect; never raises for a failed step or an interruption (the result says so). Bad input
     raises HarnessInputError before anything starts."""
-    progress = progress or BisectProgress()
+    progress = progress or QuietBisect()
     scenario, repo, result = prepare(request)
     result.out_dir = new_stamped_dir(request.out_root, scenario.name, "a bisection folder").resolve()
     progress.started(result)

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from sglang_spec_harness.commands.progress import TerminalProgress
+from sglang_spec_harness.run.progress import RunProgress
+
 
 def _non_negative_int(text: str) -> int:
     try:
@@ -52,45 +55,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set_argument(parser)
 
 
-def _make_progress(stream: TextIO):
-    from sglang_spec_harness.bisect import BisectProgress
-    from sglang_spec_harness.commands.trial_lines import TrialLines
+class BisectLines:
+    """A bisection's progress as lines on `stream` (a `BisectProgress`): each step when it starts and
+    ends, and, indented under it, its run's servers and trials."""
 
-    def say(text: str) -> None:
-        print(text, file=stream, flush=True)
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.run: RunProgress = TerminalProgress(stream, indent="    ")
 
-    class Printer(BisectProgress):
-        run = TrialLines(say)
+    def say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
 
-        def started(self, result: Any) -> None:
-            if result.request.axis == "releases":
-                say(f"bisect {result.scenario}: variant {result.request.variant} at SGLang's releases "
-                    f"{result.good.short}..{result.bad.short}: {result.commits_in_range} releases, at most "
-                    f"{result.max_steps} steps without skips; rules: {', '.join(result.rules)}")
-            else:
-                say(f"bisect {result.scenario}: variant {result.request.variant} at each commit of {result.request.source}, "
-                    f"good {result.good.short}, bad {result.bad.short}: {result.commits_in_range} commits, at most "
-                    f"{result.max_steps} steps without skips; rules: {', '.join(result.rules)}")
-            say(f"  {result.plan.describe()}; output: {result.out_dir}")
+    def started(self, result: Any) -> None:
+        if result.request.axis == "releases":
+            what = (f"at SGLang's releases {result.good.short}..{result.bad.short}: "
+                    f"{result.commits_in_range} releases")
+        else:
+            what = (f"at each commit of {result.request.source}, good {result.good.short}, bad {result.bad.short}: "
+                    f"{result.commits_in_range} commits")
+        self.say(f"bisect {result.scenario}: variant {result.request.variant} {what}, at most "
+                 f"{result.max_steps} steps without skips; rules: {', '.join(result.rules)}")
+        self.say(f"  {result.plan.describe()}; output: {result.out_dir}")
 
-        def baseline_started(self, run_dir: Path) -> None:
-            say(f"  trials that run once: {run_dir}")
+    def baseline_started(self, run_dir: Path) -> None:
+        self.say(f"  trials that run once: {run_dir}")
 
-        def note(self, text: str) -> None:
-            say(f"    {text}")
+    def note(self, text: str) -> None:
+        self.say(f"    {text}")
 
-        def step_started(self, number: int, commit: Any, role: str, left: int | None, attempt: int) -> None:
-            if left is not None:
-                what = f"{left} commit(s) left" if role == "bisection" and not hasattr(commit, "version") else f"{left} untried between"
-            else:
-                what = "the bad revision" if role == "bad revision" else f"the {role} end of the range"
-            again = f", attempt {attempt}" if attempt > 1 else ""
-            say(f"  step {number}: {commit.short} {commit.subject} ({what}{again})")
+    def step_started(self, number: int, commit: Any, role: str, left: int | None, attempt: int) -> None:
+        if left is not None:
+            what = f"{left} commit(s) left" if role == "bisection" and not hasattr(commit, "version") else f"{left} untried between"
+        else:
+            what = "the bad revision" if role == "bad revision" else f"the {role} end of the range"
+        again = f", attempt {attempt}" if attempt > 1 else ""
+        self.say(f"  step {number}: {commit.short} {commit.subject} ({what}{again})")
 
-        def step_finished(self, step: Any) -> None:
-            say(f"  step {step.number}: {step.commit.short} {step.verdict} -> {step.mark}: {step.reason}")
-
-    return Printer()
+    def step_finished(self, step: Any) -> None:
+        self.say(f"  step {step.number}: {step.commit.short} {step.verdict} -> {step.mark}: {step.reason}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                             retries=args.retries, out_root=Path(args.out), releases=args.releases,
                             environments=args.environments, reuse=tuple(Path(p) for p in args.reuse),
                             overrides=tuple(args.overrides))
-    result = run_bisection(request, _make_progress(sys.stderr if args.json else sys.stdout))
+    result = run_bisection(request, BisectLines(sys.stderr if args.json else sys.stdout))
     if args.json:
         print(json.dumps(result.to_json_dict(), indent=2))
     else:

@@ -33,7 +33,7 @@ def print_results(results) -> None:  # CheckResults, imported lazily
 
     from sglang_spec_harness.errors import one_line
     from sglang_spec_harness.rundir.rule_numbers import TpotGainNumbers
-    from sglang_spec_harness.verdict.verdicts import Verdict
+    from sglang_spec_harness.vocabulary import Verdict
 
     def text(value: object) -> str:  # names and reasons come from files: no markup, no control characters
         return escape(one_line(value))

@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,125 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=_port, metavar="N",
                         help="the servers' port (restart mode) or the first launch's (warm modes: launch k gets N+k); "
                              "default: a free port per launch")
-
-
-# ---- progress -----------------------------------------------------------------------------------
-
-
-def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}{unit}"
-
-
-def trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> str:
-    from sglang_spec_harness.rundir import TrialSummary
-
-    trial, summary = outcome.trial, outcome.summary or TrialSummary()
-    if outcome.status == "ok":
-        detail = (
-            f"TPOT {_fmt(summary.median_tpot_ms, ' ms')}  accept {_fmt(summary.accept_length)}  "
-            f"{_fmt(summary.output_throughput_tok_s, ' tok/s', 1)}"
-        )
-        if trial.kind == "profiled":
-            detail += f"  traces {len(outcome.traces)}"
-    else:
-        detail = f"FAILED: {one_line(outcome.error)}"
-    return f"[{position}/{total}] {trial.dir_name:<24} {detail}  ({elapsed_s:.1f} s)"
-
-
-def _make_progress(rich_ui: bool):
-    from sglang_spec_harness.run.execute import RunProgress
-
-    class PlainProgress(RunProgress):
-        """One line per trial (CI logs)."""
-
-        def __init__(self) -> None:
-            self.total = 0
-            self.done = 0  # trials finished (a subset of a plan keeps the full plan's indices)
-            self.trial_started_at = 0.0
-
-        def run_started(self, run_dir: Path, plan: list) -> None:
-            self.total, self.done = len(plan), 0
-            print(f"run: {run_dir} ({len(plan)} trials)", flush=True)
-
-        def trial_started(self, trial: Any, total_requests: int) -> None:
-            self.trial_started_at = time.monotonic()
-
-        def trial_finished(self, trial: Any, outcome: Any) -> None:
-            self.done += 1
-            line = trial_line(self.done, self.total, outcome, time.monotonic() - self.trial_started_at)
-            print(line, flush=True)
-
-        def launch_ready(self, launch: Any, record: Any) -> None:
-            self.note(f"launch {launch.dir_name}: up in {_fmt(record.startup_s, ' s', 1)}, warmed up in "
-                      f"{_fmt(record.warmup_s, ' s', 1)} (pid {record.server_pid}, port {record.port})")
-
-        def note(self, text: str) -> None:
-            print(text, flush=True)
-
-    if not rich_ui:
-        return PlainProgress(), None
-
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    class RichProgress(PlainProgress):
-        """A bar for the run and one for the current trial's requests; finished trials print above."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.console = Console(highlight=False)
-            self.bars = Progress(
-                TextColumn("{task.description:<34}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self.run_task: Any = None
-            self.trial_task: Any = None
-
-        def run_started(self, run_dir: Path, plan: list) -> None:
-            self.total, self.done = len(plan), 0
-            self.console.print(f"run: {run_dir} ({len(plan)} trials)")
-            self.bars.start()
-            self.run_task = self.bars.add_task("trials", total=len(plan))
-
-        def trial_started(self, trial: Any, total_requests: int) -> None:
-            super().trial_started(trial, total_requests)
-            if self.trial_task is not None:
-                self.bars.remove_task(self.trial_task)
-            self.trial_task = self.bars.add_task(f"{trial.dir_name} requests", total=total_requests)
-
-        def request_done(self, trial: Any, done: int, total: int) -> None:
-            if self.trial_task is not None:
-                self.bars.update(self.trial_task, completed=done)
-
-        def trial_finished(self, trial: Any, outcome: Any) -> None:
-            self.done += 1
-            line = trial_line(self.done, self.total, outcome, time.monotonic() - self.trial_started_at)
-            self.console.print(line, markup=False)  # an error may quote server output
-            self.bars.advance(self.run_task)
-
-        def note(self, text: str) -> None:
-            self.console.print(text)
-
-        def stop(self) -> None:
-            self.bars.stop()
-
-    progress = RichProgress()
-    return progress, progress.stop
-
-
-def _use_rich(args: argparse.Namespace) -> bool:
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    return not args.no_progress and not in_ci and sys.stdout.isatty()
 
 
 # ---- the plan (--dry-run) -----------------------------------------------------------------------
@@ -336,6 +215,7 @@ def outcome_json(facts: dict[str, Any], code: int) -> dict[str, Any]:
 def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     from sglang_spec_harness.errors import EXIT_BAD_INPUT, EXIT_PASS
     from sglang_spec_harness.extras import require_extras
+    from sglang_spec_harness.commands.progress import TerminalProgress, wants_bars
     from sglang_spec_harness.run.execute import run_scenario
     from sglang_spec_harness.scenario import load_scenario
     from sglang_spec_harness.shipped import scenario_path as resolve_scenario
@@ -362,14 +242,13 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     in_this_python = scenario.engine == "micro" and not any(v.python for v in scenario.variants.values())
     require_extras(*(["micro"] if in_this_python else []), "report")
 
-    progress, stop_progress = _make_progress(_use_rich(args))
+    progress = TerminalProgress(bars=wants_bars(args.no_progress))
     try:
         with _naming_the_file(scenario_path, scenario.name):
             result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress,
                                   port=args.port)
     finally:
-        if stop_progress is not None:
-            stop_progress()
+        progress.stop()
     facts.update(run_dir=result.run_dir, status=result.status, error=result.error)
     where = f"; results so far: {result.run_dir}" if result.run_dir is not None else ""
     if result.interrupted_by is not None:
@@ -387,7 +266,7 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # the run's own error below is what matters
-                print(f"harness run: checks/report of the incomplete run failed: {_one_line(exc)}", file=sys.stderr)
+                print(f"harness run: checks/report of the incomplete run failed: {one_line(exc)}", file=sys.stderr)
         for line in result.log_tail[-10:]:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)
         print(f"harness run: INCONCLUSIVE (run incomplete): {result.error}{where}", file=sys.stderr)
@@ -397,15 +276,8 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
         code = evaluate_run_dir(result.run_dir)
     except OSError as exc:  # e.g. the disk filled up after the last trial: the measurements are whole
         print(f"harness run: the run is complete but its checks or report could not be written "
-              f"({_one_line(exc)}); free space, then: harness check {result.run_dir}", file=sys.stderr)
+              f"({one_line(exc)}); free space, then: harness check {result.run_dir}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"results: {result.run_dir}")
     return code
 
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    else:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:300] + "..."

@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from sglang_spec_harness.commands.progress import TerminalProgress
+from sglang_spec_harness.run.progress import RunProgress
+
 DB_HELP = ("the history database the points go into: a SQLite file or a database URL; default $HARNESS_HISTORY_DB, "
            "else reports/history.sqlite")
 
@@ -42,35 +45,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set_argument(parser)
 
 
-def _make_progress(stream: TextIO) -> Any:
-    from sglang_spec_harness.commands.trial_lines import TrialLines
-    from sglang_spec_harness.history.sweep import SweepProgress
+class SweepLines:
+    """A sweep's progress as lines on `stream` (a `SweepProgress`): each point when it starts and
+    ends, and, indented under it, its run's servers and trials."""
 
-    def say(text: str) -> None:
-        print(text, file=stream, flush=True)
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.run: RunProgress = TerminalProgress(stream, indent="    ")
 
-    class Printer(SweepProgress):
-        run = TrialLines(say)
+    def say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
 
-        def started(self, result: Any) -> None:
-            labels = [p.label for p in result.points]
-            say(f"sweep {result.scenario}: variant {result.request.variant} at {len(labels)} point(s) "
-                f"({labels[0]} .. {labels[-1]}), environments: {result.environments}; rules: {', '.join(result.rules)}")
-            say(f"  output: {result.out_dir}")
+    def started(self, result: Any) -> None:
+        labels = [p.label for p in result.points]
+        self.say(f"sweep {result.scenario}: variant {result.request.variant} at {len(labels)} point(s) "
+                 f"({labels[0]} .. {labels[-1]}), environments: {result.environments}; rules: {', '.join(result.rules)}")
+        self.say(f"  output: {result.out_dir}")
 
-        def baseline_started(self, run_dir: Path) -> None:
-            say(f"  trials that run once: {run_dir}")
+    def baseline_started(self, run_dir: Path) -> None:
+        self.say(f"  trials that run once: {run_dir}")
 
-        def point_started(self, point: Any, total: int) -> None:
-            say(f"  [{point.position + 1}/{total}] {point.label}")
+    def point_started(self, point: Any, total: int) -> None:
+        self.say(f"  [{point.position + 1}/{total}] {point.label}")
 
-        def note(self, text: str) -> None:
-            say(f"    {text}")
+    def note(self, text: str) -> None:
+        self.say(f"    {text}")
 
-        def point_finished(self, point: Any, total: int) -> None:
-            say(f"  [{point.position + 1}/{total}] {point_line(point)}")
-
-    return Printer()
+    def point_finished(self, point: Any, total: int) -> None:
+        self.say(f"  [{point.position + 1}/{total}] {point_line(point)}")
 
 
 def _per_replay(value: Any) -> str:
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                            variant=args.variant, rules=tuple(args.rules), environments=args.environments,
                            out_root=Path(args.out), db=args.db, ingest=not args.no_history,
                            overrides=tuple(args.overrides))
-    result = run_sweep(request, _make_progress(sys.stderr if args.json else sys.stdout))
+    result = run_sweep(request, SweepLines(sys.stderr if args.json else sys.stdout))
     if args.json:
         print(json.dumps(result.to_json_dict(), indent=2))
     else:

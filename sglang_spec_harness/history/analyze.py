@@ -31,8 +31,7 @@ from sglang_spec_harness.history import db
 from sglang_spec_harness.history.changepoints import ChangePoint, Options, change_points, exact_change_points
 from sglang_spec_harness.history.explain import Explainer
 from sglang_spec_harness.rundir import as_list, as_object
-from sglang_spec_harness.traces.regions import NO_REGION
-from sglang_spec_harness.verdict.verdicts import FAIL, PASS
+from sglang_spec_harness.vocabulary import FAIL, NO_REGION, PASS, RuleKind
 
 FACTS_VERSION = 2
 EXIT_OK, EXIT_REGRESSION, EXIT_NO_DATA = 0, 1, 3
@@ -161,7 +160,7 @@ def _op_mix(rows: list[tuple[str, str, int, float, int]]) -> tuple[float, str]:
 def regions_that_matter(scenario: Any) -> set[str] | None:
     """The regions a scenario's kernel_count rules count in (None: it has none, every region matters)."""
     regions = {rule["region"] for rule in as_list(as_object(scenario).get("checks"))
-               if isinstance(rule, dict) and rule.get("kind") == "kernel_count" and isinstance(rule.get("region"), str)}
+               if isinstance(rule, dict) and rule.get("kind") == RuleKind.KERNEL_COUNT and isinstance(rule.get("region"), str)}
     return regions or None
 
 
@@ -220,7 +219,7 @@ def _rule_bounds(engine: Engine) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     r = db.rules.c
     with engine.connect() as conn:
-        for run_id, params in conn.execute(sa.select(r.run_id, r.params).where(r.kind == "kernel_count")):
+        for run_id, params in conn.execute(sa.select(r.run_id, r.params).where(r.kind == RuleKind.KERNEL_COUNT.value)):
             if isinstance(params, dict):
                 out[run_id].append(params)
     return out

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from sglang_spec_harness.history import db
 from sglang_spec_harness.rundir import as_object
-from sglang_spec_harness.traces.regions import NO_REGION
+from sglang_spec_harness.vocabulary import NO_REGION
 
 UNIT_ORDER = ("graph_launch", "span", "trace")
 UNIT_WORDS = {"graph_launch": "per replay", "span": "per span", "trace": "in the trace"}

@@ -1,5 +1,5 @@
-"""The trend page's chart: one series, one small figure, drawn with the run report's figure
-machinery (`sglang_spec_harness.report.figures`: same style, same inline-SVG writer)."""
+"""The trend page's chart: one series, one small figure, drawn with the pages' figure machinery
+(`sglang_spec_harness.pages.figures`: the run report's style and inline-SVG writer)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 
-from sglang_spec_harness.report import figures
+from sglang_spec_harness.pages import figures
 
 REGRESSION_COLOUR = "#cf222e"
 IMPROVEMENT_COLOUR = "#1a7f37"

@@ -1,11 +1,11 @@
 """The trend page (`harness history report`): one self-contained index.html, on the run report's page
-machinery (`sglang_spec_harness.report.page`): the gate's verdict and why on the first screen, every change
+machinery (`sglang_spec_harness.pages`): the gate's verdict and why on the first screen, every change
 point with the commits on either side and links to the run reports, one small chart per series
 (a sweep's charts along its release labels), every change point's explanation (the kernel diff
 between the runs on either side) under its group's charts, and every run with its status (damaged
 and incomplete ones with their reason). An exact series that never changed is one line of a table,
 not a chart. This module gathers the values from the facts (history.json; facts written before
-sweeps and explanations still render); `sglang_spec_harness/templates/trend.html` lays them out."""
+sweeps and explanations still render); `sglang_spec_harness/pages/templates/trend.html` lays them out."""
 
 from __future__ import annotations
 
@@ -15,20 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.history.figures import series_figure
-from sglang_spec_harness.report.figures import variant_colour
-from sglang_spec_harness.report.numbers import fmt
-from sglang_spec_harness.report.page import relative_link, render
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+from sglang_spec_harness.pages.figures import variant_colour
+from sglang_spec_harness.pages.numbers import fmt, signed_pct
+from sglang_spec_harness.pages.render import relative_link, render
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
 GATE_WORD = {FAIL: "REGRESSION", PASS: "NO REGRESSION", "NO DATA": "NO DATA"}
 
 
 def _short(commit: str | None) -> str:
     return commit[:10] if commit else "–"
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value * 100:+.1f}%"
 
 
 def _commits(c: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -84,7 +80,7 @@ def _change(c: dict[str, Any], links: _Links, worse: dict[str, str | None]) -> d
     pill, word = _direction(c["regression"], worse.get(c["series"], "up"))
     return {
         "series": c["series"], "regression": c["regression"], "pill": pill, "word": word,
-        "magnitude": _pct(c["magnitude"]), "from_zero": c["magnitude"] is None,
+        "magnitude": signed_pct(c["magnitude"]), "from_zero": c["magnitude"] is None,
         "before": fmt(c["before"], 4), "after": fmt(c["after"], 4),
         "p": "exact" if exact else "zero rule" if c["p_value"] is None else fmt(c["p_value"], 3),
         "at": c.get("label_after") or f"run {c['index'] + 1}",
@@ -123,7 +119,7 @@ def _explanation(e: dict[str, Any], links: _Links, names: dict[str, str]) -> dic
             "disappeared": _op_list(r["disappeared"]), "appeared": _op_list(r["appeared"]),
             "changed": _op_list(r["changed"]), "varied": _op_list(r.get("varied", [])),
             "quiet": not (r["disappeared"] or r["appeared"] or r["changed"]),
-            "time": f"{_us(t['before'])} → {_us(t['after'])}", "time_change": _pct(t["change"]),
+            "time": f"{_us(t['before'])} → {_us(t['after'])}", "time_change": signed_pct(t["change"]),
         })
     return {"id": e["id"], "variant": e["variant"], "before": sides["before"], "after": sides["after"],
             "series": [names.get(s, s) for s in e["series"]], "regions": regions, "sentence": e["sentence"],

@@ -25,18 +25,18 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sglang_spec_harness.bisect.git import Repo, Worktrees
 from sglang_spec_harness.bisect.plan import StepPlan, at_commit, choose_rules, paths_inside, step_plan
-from sglang_spec_harness.bisect.points import PointRunner, at_release
+from sglang_spec_harness.bisect.points import PointRunner, at_release, provider_for
 from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS, HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
 from sglang_spec_harness.history.extract import read_run
-from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable, provider_for
+from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
-from sglang_spec_harness.run.execute import RunProgress
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import Terminated, signals_raise_interrupt
 from sglang_spec_harness.run.plan import Selection, with_run_seed
 from sglang_spec_harness.rundir import SweepPoint, as_list, as_object, read_json
@@ -123,20 +123,30 @@ class SweepResult:
         }
 
 
-class SweepProgress:
-    """Hooks for showing progress; the default does nothing. `harness sweep` prints them."""
+class SweepProgress(Protocol):
+    """What a sweep says while it goes. A protocol, so that `harness sweep` prints it
+    (`commands/sweep.SweepLines`) without importing this stage; `QuietSweep` says nothing."""
 
-    run: RunProgress = RunProgress()
+    run: RunProgress  # the trials of each run
 
-    def started(self, result: SweepResult) -> None: ...
+    def started(self, result: SweepResult) -> None:
+        return None
 
-    def baseline_started(self, run_dir: Path) -> None: ...
+    def baseline_started(self, run_dir: Path) -> None:
+        return None
 
-    def point_started(self, point: PointResult, total: int) -> None: ...
+    def point_started(self, point: PointResult, total: int) -> None:
+        return None
 
-    def note(self, text: str) -> None: ...
+    def note(self, text: str) -> None:
+        return None
 
-    def point_finished(self, point: PointResult, total: int) -> None: ...
+    def point_finished(self, point: PointResult, total: int) -> None:
+        return None
+
+
+class QuietSweep(SweepProgress):
+    run = RunProgress()
 
 
 def _points(request: SweepRequest, repo: Repo | None) -> list[PointResult]:
@@ -187,7 +197,7 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
 def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> SweepResult:
     """Sweep; never raises for a point that cannot run or an interruption (the result says so). Bad
     input raises HarnessInputError before anything starts."""
-    progress = progress or SweepProgress()
+    progress = progress or QuietSweep()
     scenario, repo, result, plan, each = prepare(request)
     provider: EnvironmentProvider | None = None
     if request.axis == "sglang_release":

@@ -216,32 +216,3 @@ def check_provider_name(name: str, choices: tuple[str, ...]) -> str:
     if name not in choices:
         raise HarnessInputError(f"--environments {name}: expected one of {', '.join(choices)}")
     return name
-
-
-class SglangCpuReleases:
-    """This CPU's environments (`sglang_spec_harness.sglang_cpu.releases`), under the prefix of the variant's
-    interpreter (`<prefix>/venv/bin/python`, e.g. `.sglang-cpu`): where `make sglang-cpu` built the
-    0.5.23 environment that the CPU scenarios name."""
-
-    name = "sglang-cpu"
-
-    def __init__(self, python: str):
-        self.prefix = Path(os.path.abspath(python)).parents[2]  # not resolved: venv/bin/python is a link
-
-    def prepare(self, release: str, progress: Progress = print) -> ReleaseEnvironment:
-        from sglang_spec_harness.sglang_cpu.releases import prepare
-
-        return prepare(release, prefix=self.prefix, progress=progress)
-
-
-PROVIDERS = ("auto", "sglang-cpu", "target")
-CPU_PATCH_PREFIX = "sglang_spec_harness.sglang_cpu"
-
-
-def provider_for(name: str, python: str, patches: list[str]) -> EnvironmentProvider:
-    """The provider `--environments NAME` asks for; `auto`: this CPU's when the variant runs the CPU
-    shims (a CPU scenario), else the release beside the variant's interpreter."""
-    check_provider_name(name, PROVIDERS)
-    if name == "auto":
-        name = "sglang-cpu" if any(p.startswith(CPU_PATCH_PREFIX) for p in patches) else "target"
-    return SglangCpuReleases(python) if name == "sglang-cpu" else TargetInstall(python)

@@ -12,7 +12,7 @@ from pathlib import Path
 from sglang_spec_harness import files
 from sglang_spec_harness.report.summary import append_step_summary
 
-__all__ = ["ReportPaths", "append_step_summary", "build_report", "update_latest_link"]
+__all__ = ["ReportPaths", "append_step_summary", "build_report"]
 
 
 @dataclass(frozen=True)
@@ -40,19 +40,6 @@ def build_report(run_dir: str | Path) -> ReportPaths:
     files.write_text_atomic(paths.html, html)
     write_junit(data, paths.junit)
     write_summary(data, paths.summary)
-    update_latest_link(run_dir)
+    files.point_latest_at_newest_run(run_dir)
     return paths
 
-
-def update_latest_link(run_dir: str | Path) -> Path | None:
-    """Point `reports/latest` at the newest run in `reports/runs/` (by name: names start with a
-    timestamp). Idempotent; rebuilding an old run's report leaves `latest` on the newest run.
-    Only for run directories inside a folder named `runs`; returns the link, or None."""
-    run_dir = Path(run_dir).resolve()
-    runs = run_dir.parent
-    if runs.name != "runs":
-        return None
-    newest = max((p for p in runs.iterdir() if p.is_dir() and (p / "run.json").exists()), key=lambda p: p.name,
-                 default=run_dir)
-    link = files.latest_link_path(runs)
-    return link if files.update_latest_link(newest, link) else None  # never fails a report

@@ -23,9 +23,7 @@ from pydantic import BaseModel, ValidationError
 from sglang_spec_harness.report.data import ReportData, TrialView, plottable
 from sglang_spec_harness.report.figures import CountBar, TimelineBar
 from sglang_spec_harness.traces.schema import CountRow, FileAnalysis, TraceAnalysis, TraceViews
-
-REGION_ORDER = ["DRAFT_DECODE", "TARGET_VERIFY", "DRAFT_EXTEND", "PREFILL", "(none)"]
-NO_REGION = "(none)"
+from sglang_spec_harness.vocabulary import NO_REGION, REGION_ORDER
 DEFAULT_PATTERN = "softmax"
 TOP_N = 8
 

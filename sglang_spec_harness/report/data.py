@@ -23,7 +23,7 @@ from sglang_spec_harness.rundir import (
     load_run_dir,
 )
 from sglang_spec_harness.rundir import valid_number as plottable
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 # The overall verdicts results.json may hold (a rule may also be INFO).
 VERDICTS = (Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE)

@@ -1,121 +1,33 @@
-"""The report's figures: matplotlib, returned as inline SVG text (no external fonts or images).
+"""The run report's figures: matplotlib, returned as inline SVG text (no external fonts or images).
 
 Every function takes plain data (lists, dicts) and returns an SVG string (marked safe for the page
-templates by `to_svg`), so that the figures can be tested without a run directory. Colours are
-fixed per variant and per region so that the same thing has the same colour in every figure.
+templates by `to_svg`), so that the figures can be tested without a run directory. The style,
+colours and SVG writer are the pages' own (`sglang_spec_harness.pages.figures`).
 """
 
 from __future__ import annotations
 
-import html
-import io
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from markupsafe import Markup
-from matplotlib.figure import Figure
 
-if TYPE_CHECKING:
-    from matplotlib.typing import RcKeyType  # the rcParams names (a Literal), in matplotlib's stubs
+from sglang_spec_harness.pages.figures import (
+    STYLE,
+    VARIANT_COLOURS,
+    integer_ticks,
+    new_figure,
+    region_colour,
+    to_svg,
+    variant_colour,
+)
 
-VARIANT_COLOURS = {"baseline": "#4c72b0", "candidate": "#dd8452"}
-EXTRA_VARIANT_COLOURS = ["#55a868", "#8172b3", "#937860", "#da8bc3"]
-REGION_COLOURS = {
-    "DRAFT_DECODE": "#6baed6",
-    "DRAFT_EXTEND": "#fd8d3c",
-    "TARGET_VERIFY": "#74c476",
-    "PREFILL": "#9e9ac8",
-    "(none)": "#bdbdbd",
-}
-EXTRA_REGION_COLOURS = ["#e7ba52", "#ce6dbd", "#843c39", "#393b79"]
 MATCH_COLOUR = "#d62728"  # kernels/ops that match the count pattern (the softmax)
-
-_RC: dict[RcKeyType, Any] = {
-    "svg.fonttype": "none",  # text stays text: searchable, no embedded glyphs, no font files
-    "text.parse_math": False,  # names come from files: a `$` is a character, not mathtext
-    "svg.hashsalt": "harness-report",  # stable clip-path ids, so a rebuilt report diffs cleanly
-    "font.family": "sans-serif",
-    "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial", "sans-serif"],
-    "font.size": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "axes.axisbelow": True,
-}
-
-
-def variant_colour(variant: str, order: Sequence[str] = ()) -> str:
-    if variant in VARIANT_COLOURS:
-        return VARIANT_COLOURS[variant]
-    others = [v for v in order if v not in VARIANT_COLOURS]
-    i = others.index(variant) if variant in others else abs(hash(variant))
-    return EXTRA_VARIANT_COLOURS[i % len(EXTRA_VARIANT_COLOURS)]
-
-
-def region_colour(region: str, order: Sequence[str] = ()) -> str:
-    if region in REGION_COLOURS:
-        return REGION_COLOURS[region]
-    others = [r for r in order if r not in REGION_COLOURS]
-    i = others.index(region) if region in others else 0
-    return EXTRA_REGION_COLOURS[i % len(EXTRA_REGION_COLOURS)]
-
-
-_svg_counter = 0
-
-
-def to_svg(fig: Figure, label: str) -> Markup:
-    """The figure as an <svg> element for inlining: no XML prolog, ids unique within the page."""
-    global _svg_counter
-    _svg_counter += 1
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
-    svg = buffer.getvalue()
-    svg = svg[svg.index("<svg") :]
-    # Several SVGs share one HTML document, where ids are global: prefix them per figure.
-    prefix = f"f{_svg_counter}-"
-    svg = re.sub(r'id="([^"]+)"', lambda m: f'id="{prefix}{m.group(1)}"', svg)
-    svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m.group(1)})", svg)
-    svg = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{prefix}{m.group(1)}"', svg)
-    svg = svg.replace("<svg ", f'<svg role="img" aria-label="{html.escape(label, quote=True)}" class="figure-svg" ', 1)
-    # The one piece of markup the page templates take as is (every other value is escaped): safe by
-    # construction, as it is made here, in this process, by matplotlib's SVG writer, which escapes
-    # every text it draws (names from run directories included: `text.parse_math` is off, so they
-    # stay plain text), plus ids and the label escaped above.
-    return Markup(svg)
-
-
-def _new(width: float, height: float, ncols: int = 1, **kwargs) -> tuple[Figure, list]:
-    with plt.rc_context(_RC):
-        fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False, **kwargs)
-    return fig, list(axes[0])
-
-
-# The trend page (sglang_spec_harness/history/) draws with the same style, sizes and SVG writer.
-STYLE = _RC
-new_figure = _new
-
-
-def integer_ticks(ax) -> None:
-    _integer_ticks(ax)
 
 
 def _two_lines(region: str) -> str:
     """`DRAFT_DECODE` -> `DRAFT\nDECODE`, so that neighbouring tick labels do not collide."""
     return region.replace("_", "\n", 1)
-
-
-def _integer_ticks(ax) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 @dataclass(frozen=True)
@@ -130,9 +42,9 @@ class CountBar:
 
 def counts_figure(bars: Sequence[CountBar], pattern: str, variants: Sequence[str]) -> str:
     """Left: pattern matches per replay (bar = max, tick = min); right: total matches; per region."""
-    with plt.rc_context(_RC):
+    with plt.rc_context(STYLE):
         regions = list(dict.fromkeys(b.region for b in bars))
-        fig, (ax_replay, ax_total) = _new(9.5, 3.2, 2)
+        fig, (ax_replay, ax_total) = new_figure(9.5, 3.2, 2)
         width = 0.8 / max(len(variants), 1)
         for vi, variant in enumerate(variants):
             colour = variant_colour(variant, variants)
@@ -167,10 +79,10 @@ def region_time_figure(
     per_variant: dict[str, dict[str, float]], unit_label: str, regions_order: Sequence[str] = ()
 ) -> str:
     """Stacked horizontal bars: time per cycle in each region, one bar per variant."""
-    with plt.rc_context(_RC):
+    with plt.rc_context(STYLE):
         variants = list(per_variant)
         regions = list(dict.fromkeys([*regions_order, *(r for v in variants for r in per_variant[v])]))
-        fig, (ax,) = _new(9.5, 0.6 + 0.55 * len(variants))
+        fig, (ax,) = new_figure(9.5, 0.6 + 0.55 * len(variants))
         for yi, variant in enumerate(variants):
             left = 0.0
             for region in regions:
@@ -210,8 +122,8 @@ def tpot_figure(points: Sequence[TrialPoint], variants: Sequence[str], ratio: fl
                 ci: tuple[float, float] | None, min_gain: float | None, confidence: float | None) -> str:
     """Left: median TPOT of each timed trial in run order; middle: per-variant distribution;
     right: the candidate/baseline ratio with its confidence interval against the required gain."""
-    with plt.rc_context(_RC):
-        fig, (ax_order, ax_dist, ax_ratio) = _new(10, 3.2, 3, gridspec_kw={"width_ratios": [3, 1.6, 1.2]})
+    with plt.rc_context(STYLE):
+        fig, (ax_order, ax_dist, ax_ratio) = new_figure(10, 3.2, 3, gridspec_kw={"width_ratios": [3, 1.6, 1.2]})
         launches = sorted({p.launch for p in points if p.launch is not None})
         for variant in variants:
             pts = [p for p in points if p.variant == variant]
@@ -229,7 +141,7 @@ def tpot_figure(points: Sequence[TrialPoint], variants: Sequence[str], ratio: fl
         ax_order.plot([p.index for p in order_sorted], [p.value for p in order_sorted], "-", color="#999", lw=0.7, zorder=0)
         unit = "block" if launches else "timed trial"
         ax_order.set_xlabel(f"{unit} index (run order)")
-        _integer_ticks(ax_order)
+        integer_ticks(ax_order)
         ax_order.set_ylabel("median TPOT (ms)")
         ax_order.legend(frameon=False, fontsize=7, ncol=2 if len(launches) > 2 else 1)
         ax_order.set_title(f"per {unit}, in run order" + (", marker = launch" if launches else ""), fontsize=9)
@@ -286,8 +198,8 @@ def pairs_figure(rounds: Sequence[int], ratios: Sequence[float], ratio: float | 
                  ci: tuple[float, float] | None, min_gain: float | None) -> str:
     """The paired differences: candidate/baseline TPOT of each round (or repetition), in run order,
     with the rule's estimate and interval; log scale, so a 10% gain and a 10% loss look alike."""
-    with plt.rc_context(_RC):
-        fig, (ax,) = _new(9.5, 2.6)
+    with plt.rc_context(STYLE):
+        fig, (ax,) = new_figure(9.5, 2.6)
         ax.plot([r + 1 for r in rounds], ratios, "o-", color="#555", ms=4, lw=0.7, label="candidate / baseline, per pair")
         if ratio is not None:
             ax.axhline(ratio, color="#dd8452", lw=1.5, label=f"estimate {ratio:.4f}")
@@ -303,7 +215,7 @@ def pairs_figure(rounds: Sequence[int], ratios: Sequence[float], ratio: float | 
         ax.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))
         ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
         ax.set_xlabel("round (pair of blocks, same prompts)")
-        _integer_ticks(ax)
+        integer_ticks(ax)
         ax.set_ylabel("TPOT ratio")
         ax.legend(frameon=False, fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.28))
         return to_svg(fig, "paired differences per round")
@@ -313,8 +225,8 @@ def looks_figure(rounds: Sequence[int], ratios: Sequence[float], lows: Sequence[
                  min_gain: float | None) -> str:
     """An adaptive run's looks: the TPOT ratio and its interval at each look (each at that look's own
     level), narrowing as rounds are added, against the required ratio and 1.0."""
-    with plt.rc_context(_RC):
-        fig, (ax,) = _new(9.5, 2.6)
+    with plt.rc_context(STYLE):
+        fig, (ax,) = new_figure(9.5, 2.6)
         lower = [r - lo for r, lo in zip(ratios, lows)]
         upper = [hi - r for r, hi in zip(ratios, highs)]
         ax.errorbar(list(rounds), list(ratios), yerr=[lower, upper], fmt="o", color="#dd8452", ms=5, capsize=4,
@@ -323,7 +235,7 @@ def looks_figure(rounds: Sequence[int], ratios: Sequence[float], lows: Sequence[
         if min_gain:
             ax.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{1 - min_gain:.3f} = required")
         ax.set_xlabel("rounds at the look")
-        _integer_ticks(ax)
+        integer_ticks(ax)
         ax.set_ylabel("TPOT ratio")
         ax.legend(frameon=False, fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.28))
         return to_svg(fig, "the interval at each look")
@@ -331,8 +243,8 @@ def looks_figure(rounds: Sequence[int], ratios: Sequence[float], lows: Sequence[
 
 def accept_figure(points: Sequence[TrialPoint], variants: Sequence[str], tolerance: float | None) -> str:
     """Accept length of every timed trial in run order, per variant, with the baseline's band."""
-    with plt.rc_context(_RC):
-        fig, (ax,) = _new(9.5, 2.8)
+    with plt.rc_context(STYLE):
+        fig, (ax,) = new_figure(9.5, 2.8)
         for variant in variants:
             pts = [p for p in points if p.variant == variant]
             ax.plot([p.index for p in pts], [p.value for p in pts], "o-", color=variant_colour(variant, variants),
@@ -343,7 +255,7 @@ def accept_figure(points: Sequence[TrialPoint], variants: Sequence[str], toleran
             ax.axhspan(mid * (1 - tolerance), mid * (1 + tolerance), color=VARIANT_COLOURS["baseline"], alpha=0.12,
                        label=f"baseline median ±{tolerance * 100:g}%")
         ax.set_xlabel("timed trial or block index (run order)")
-        _integer_ticks(ax)
+        integer_ticks(ax)
         ax.set_ylabel("accept length (tokens / verify)")
         ax.margins(y=0.3)
         ax.legend(frameon=False, fontsize=8, ncol=3)
@@ -375,7 +287,7 @@ def _merge_close(ranges: list[tuple[float, float]], gap: float) -> list[tuple[fl
 def timeline_figure(per_variant: dict[str, list[TimelineBar]], pattern: str, unit: str) -> str:
     """One panel per variant, a shared time axis: regions on the top lane, kernels/ops below,
     pattern matches in red."""
-    with plt.rc_context(_RC):
+    with plt.rc_context(STYLE):
         variants = list(per_variant)
         lanes_of = {v: list(dict.fromkeys(b.lane for b in bars)) for v, bars in per_variant.items()}
         heights = [max(len(lanes_of[v]), 1) + 0.6 for v in variants]

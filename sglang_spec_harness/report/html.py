@@ -3,7 +3,7 @@
 Layout, top to bottom: the verdict and why (the first screen), the rules, notes on missing pieces,
 the variants, key numbers, the figures (each with a caption saying what to look for), the tables,
 and links to every trace file and server log. This module gathers what each part shows (plain
-values, and the figures); `sglang_spec_harness/templates/report.html` lays it out and escapes every value.
+values, and the figures); `sglang_spec_harness/pages/templates/report.html` lays it out and escapes every value.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from sglang_spec_harness.rundir.rule_numbers import (
 )
 from sglang_spec_harness.report.data import ReportData, plottable
 from sglang_spec_harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
-from sglang_spec_harness.report.page import VERDICT_CLASS, render
+from sglang_spec_harness.pages.render import VERDICT_CLASS, render
 from sglang_spec_harness.scenario import render_args
-from sglang_spec_harness.verdict.verdicts import FAIL, INFO, PASS
+from sglang_spec_harness.vocabulary import FAIL, INFO, PASS
 
 
 def _safe(data: ReportData, label: str, draw: Any, *args: Any) -> str | None:

@@ -19,7 +19,7 @@ from sglang_spec_harness.errors import encodable
 from sglang_spec_harness.files import write_text_atomic
 from sglang_spec_harness.report.data import ReportData
 from sglang_spec_harness.rundir.rule_numbers import numbers_of
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 
 def _duration_s(run: dict[str, Any]) -> float:

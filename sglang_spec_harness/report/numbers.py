@@ -2,40 +2,15 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
+from sglang_spec_harness.pages.numbers import fmt, pct
 from sglang_spec_harness.report.data import ReportData, plottable
 from sglang_spec_harness.rundir.rule_numbers import AcceptLengthNumbers, KernelObservation, TpotGainNumbers, numbers_of
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number for people: a fixed number of significant digits; text and None pass through."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
-
-
-def pct(value: Any) -> str:
-    return f"{value * 100:.1f}%" if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
-
-
-def _floats(values: Any) -> list[float]:
-    if not isinstance(values, list):
-        return []
-    return [v for v in map(plottable, values) if v is not None]
+from sglang_spec_harness.vocabulary import RuleKind
 
 
 def median_or_none(values: list[float]) -> float | None:
@@ -44,8 +19,6 @@ def median_or_none(values: list[float]) -> float | None:
 
 @dataclass(frozen=True)
 class TpotNumbers:
-    baseline_ms: list[float]
-    candidate_ms: list[float]
     ratio: float | None
     ci_low: float | None
     ci_high: float | None
@@ -74,11 +47,9 @@ class TpotNumbers:
 
 def tpot_numbers(data: ReportData) -> TpotNumbers:
     """From the tpot_gain rule when there is one, else the plain ratio of medians of the trials."""
-    rules = data.rules_of_kind("tpot_gain")
+    rules = data.rules_of_kind(RuleKind.TPOT_GAIN)
     if rules and isinstance(n := numbers_of(rules[0]), TpotGainNumbers):
         return TpotNumbers(
-            baseline_ms=_floats(n.baseline_ms),
-            candidate_ms=_floats(n.candidate_ms),
             ratio=plottable(n.ratio),
             ci_low=plottable(n.ci_low),
             ci_high=plottable(n.ci_high),
@@ -92,7 +63,7 @@ def tpot_numbers(data: ReportData) -> TpotNumbers:
     cand = [v for t in data.trials_of("candidate", "timed") if (v := t.number("median_tpot_ms")) is not None]
     mb, mc = median_or_none(base), median_or_none(cand)
     ratio = mc / mb if mb and mc is not None else None
-    return TpotNumbers(base, cand, ratio, None, None, None, None, None, None, None)
+    return TpotNumbers(ratio, None, None, None, None, None, None, None)
 
 
 def accept_lengths(data: ReportData) -> dict[str, list[float]]:
@@ -112,7 +83,7 @@ def accept_line(data: ReportData) -> str:
         if values
     ]
     text = "Accept length: " + ("; ".join(parts) if parts else "no timed trial reported one")
-    rules = data.rules_of_kind("accept_length")
+    rules = data.rules_of_kind(RuleKind.ACCEPT_LENGTH)
     if rules and isinstance(n := numbers_of(rules[0]), AcceptLengthNumbers):
         ratio, low, high, tolerance = (plottable(v) for v in (n.ratio, n.ci_low, n.ci_high, n.rel_tolerance))
         if ratio is not None:
@@ -129,7 +100,7 @@ def counts_from_rules(data: ReportData) -> list[KernelObservation]:
     once; one that does not read as an observation (a damaged results.json) is left out."""
     rows: list[KernelObservation] = []
     seen: set[tuple[str, str, int, str, str]] = set()
-    for rule in data.rules_of_kind("kernel_count"):
+    for rule in data.rules_of_kind(RuleKind.KERNEL_COUNT):
         observations = rule.get("numbers", {}).get("observations") if isinstance(rule.get("numbers"), dict) else None
         for obs in observations if isinstance(observations, list) else []:
             try:

@@ -23,7 +23,7 @@ from sglang_spec_harness.rundir.models import LookRecord, TpotGainResult
 from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.rundir.read import load_run_dir
 from sglang_spec_harness.scenario import KernelCountCheck, Scenario, TpotGainCheck
-from sglang_spec_harness.verdict.verdicts import FAIL, PASS
+from sglang_spec_harness.vocabulary import FAIL, PASS
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from sglang_spec_harness.run.interrupts import (
 from sglang_spec_harness.run.launch import Launches, TrialFailed
 from sglang_spec_harness.run import adaptive
 from sglang_spec_harness.run.plan import Launch, Plan, Selection, Trial, extend, make_plan, with_run_seed
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.server import LOOPBACK
 from sglang_spec_harness.run.trial import TrialOutcome, TrialRunner, analyze_trial_traces
 from sglang_spec_harness.run.workload import build_prompts
@@ -44,7 +45,6 @@ from sglang_spec_harness.rundir import (
     SCHEMA_VERSION,
     AnalysisRecord,
     EnvironmentRecord,
-    LaunchRecord,
     RecordFile,
     RunRecord,
     now,
@@ -54,25 +54,6 @@ from sglang_spec_harness.rundir.models import LookRecord
 from sglang_spec_harness.scenario import Scenario, scenario_to_yaml
 
 DEFAULT_OUT_ROOT = Path("reports/runs")
-
-
-# ---- progress -----------------------------------------------------------------------------------
-
-
-class RunProgress:
-    """Hooks for showing progress; the default does nothing. `harness run` implements them."""
-
-    def run_started(self, run_dir: Path, plan: list[Trial]) -> None: ...
-
-    def launch_ready(self, launch: Launch, record: LaunchRecord) -> None: ...
-
-    def trial_started(self, trial: Trial, total_requests: int) -> None: ...
-
-    def request_done(self, trial: Trial, done: int, total: int) -> None: ...
-
-    def trial_finished(self, trial: Trial, outcome: TrialOutcome) -> None: ...
-
-    def note(self, text: str) -> None: ...
 
 
 # ---- results ------------------------------------------------------------------------------------

@@ -8,13 +8,14 @@ import contextlib
 import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from collections.abc import Callable
 
 from sglang_spec_harness.engines import ServerCommand, build_server_command
 from sglang_spec_harness.files import WriteError, write_failed
 from sglang_spec_harness.run.interrupts import interrupts_deferred, raise_if_interrupted, run_async
 from sglang_spec_harness.run.plan import Launch, Plan, Trial
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.server import (
     NSYS_STOP_GRACE_S,
     PortInUseError,
@@ -28,9 +29,6 @@ from sglang_spec_harness.run.server import (
 from sglang_spec_harness.run.workload import Prompt, RequestLog, build_prompts, first_failed, flush_cache, send_requests
 from sglang_spec_harness.rundir import LaunchRecord, RecordFile, now
 from sglang_spec_harness.scenario import Scenario
-
-if TYPE_CHECKING:
-    from sglang_spec_harness.run.execute import RunProgress
 
 # A self-chosen port that another process took before the server could bind it: start again on
 # another port this many times.

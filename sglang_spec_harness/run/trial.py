@@ -8,7 +8,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from sglang_spec_harness.files import Reserve, WriteError, write_failed
 from sglang_spec_harness.run.interrupts import (
@@ -28,13 +28,11 @@ from sglang_spec_harness.run.profiling import (
     start_profile,
     trace_files,
 )
+from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.server import export_nsys_sqlite
 from sglang_spec_harness.run.workload import RequestLog, first_failed, send_requests, summarize
 from sglang_spec_harness.rundir import RecordFile, TrialAnalysis, TrialRecord, TrialSummary, now
 from sglang_spec_harness.scenario import Scenario
-
-if TYPE_CHECKING:
-    from sglang_spec_harness.run.execute import RunProgress
 
 
 @dataclass

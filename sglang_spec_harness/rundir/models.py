@@ -36,7 +36,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
     plain,
 )
 from sglang_spec_harness.traces.schema import TraceAnalysis
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 # The version of the run directory's versioned records (run.json, analysis.json, environment.json,
 # results.json): older ones are migrated on load (rundir/migrations.py lists the versions), a newer

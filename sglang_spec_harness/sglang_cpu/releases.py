@@ -121,6 +121,20 @@ def prepare(release: str, prefix: Path = Path(".sglang-cpu"), progress: Progress
                               args=dict(row.args), facts=facts)
 
 
+class SglangCpuReleases:
+    """The release environments of this CPU (an `EnvironmentProvider`), under the prefix of the
+    variant's interpreter (`<prefix>/venv/bin/python`, e.g. `.sglang-cpu`): where `make sglang-cpu`
+    built the 0.5.23 environment that the CPU scenarios name."""
+
+    name = "sglang-cpu"
+
+    def __init__(self, python: str):
+        self.prefix = Path(os.path.abspath(python)).parents[2]  # not resolved: venv/bin/python is a link
+
+    def prepare(self, release: str, progress: Progress = print) -> ReleaseEnvironment:
+        return prepare(release, prefix=self.prefix, progress=progress)
+
+
 SMOKE_CODE = "import sglang_spec_harness.sglang_cpu.shims\n" + "".join(f"import {m}\n" for m in base_install.SMOKE_IMPORTS)
 
 

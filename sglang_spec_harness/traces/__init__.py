@@ -32,7 +32,7 @@ _EXPORTS = {
     "SCHEMA_VERSION": "sglang_spec_harness.traces.schema",
     "RegionTable": "sglang_spec_harness.traces.regions",
     "DEFAULT_SGLANG_REGIONS": "sglang_spec_harness.traces.regions",
-    "NO_REGION": "sglang_spec_harness.traces.regions",
+    "NO_REGION": "sglang_spec_harness.vocabulary",
     "DEFAULT_COUNT_PATTERNS": "sglang_spec_harness.traces.patterns",
     "read_trace": "sglang_spec_harness.traces.readers",
 }

@@ -15,7 +15,8 @@ from sglang_spec_harness.traces.model import TraceTables
 from sglang_spec_harness.traces.names import RANK_IN_FILE_NAME
 from sglang_spec_harness.traces.patterns import NamedPattern, count_patterns
 from sglang_spec_harness.traces.readers import read_trace
-from sglang_spec_harness.traces.regions import NO_REGION, RegionTable, region_table
+from sglang_spec_harness.traces.regions import RegionTable, region_table
+from sglang_spec_harness.vocabulary import NO_REGION
 from sglang_spec_harness.traces.schema import (
     CombinedAnalysis,
     CountRow,

@@ -18,7 +18,8 @@ import pandas as pd
 
 from sglang_spec_harness.traces.model import NO_ID, TraceTables, name_mask
 from sglang_spec_harness.traces.names import GRAPH_LAUNCH_NAME
-from sglang_spec_harness.traces.regions import NO_REGION, RegionTable
+from sglang_spec_harness.traces.regions import RegionTable
+from sglang_spec_harness.vocabulary import NO_REGION
 
 
 @dataclass

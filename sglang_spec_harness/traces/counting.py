@@ -20,7 +20,8 @@ from sglang_spec_harness.traces.attribution import Attribution
 from sglang_spec_harness.traces.model import TraceTables, name_mask
 from sglang_spec_harness.traces.names import KERNEL_LAUNCH_NAME
 from sglang_spec_harness.traces.patterns import NamedPattern
-from sglang_spec_harness.traces.regions import COMPANION_REGION, NO_REGION, RegionTable
+from sglang_spec_harness.traces.regions import COMPANION_REGION, RegionTable
+from sglang_spec_harness.vocabulary import NO_REGION
 from sglang_spec_harness.traces.schema import (
     Basis,
     CountRow,

@@ -27,13 +27,8 @@ from dataclasses import dataclass
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.traces.patterns import NamedPattern, named_pattern
+from sglang_spec_harness.vocabulary import DRAFT_DECODE, DRAFT_EXTEND, PREFILL, TARGET_VERIFY
 
-DRAFT_DECODE = "DRAFT_DECODE"
-DRAFT_EXTEND = "DRAFT_EXTEND"
-TARGET_VERIFY = "TARGET_VERIFY"
-PREFILL = "PREFILL"
-# The region of a launch or op that no table entry labels.
-NO_REGION = "(none)"
 
 # name -> regex, in priority order. Stage spans first (they are the only thing that tells the
 # 0.5.23 draft-extend forward from a draft-decode forward), then stack frames, then step labels.

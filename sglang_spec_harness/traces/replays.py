@@ -20,7 +20,8 @@ from typing import Any, Literal
 from sglang_spec_harness.traces.analysis import TraceAnalysis, analyze_traces
 from sglang_spec_harness.traces.counting import GRAPH_MODE_NOTE
 from sglang_spec_harness.traces.patterns import DEFAULT_COUNT_PATTERNS, NamedPattern, named_pattern
-from sglang_spec_harness.traces.regions import NO_REGION, RegionTable
+from sglang_spec_harness.traces.regions import RegionTable
+from sglang_spec_harness.vocabulary import NO_REGION
 
 # the name a pattern given as a regex is counted under
 _PATTERN = "pattern"

@@ -16,7 +16,7 @@ import pandas as pd
 
 from sglang_spec_harness.traces.attribution import Attribution
 from sglang_spec_harness.traces.patterns import NamedPattern
-from sglang_spec_harness.traces.regions import DRAFT_DECODE, DRAFT_EXTEND, NO_REGION, TARGET_VERIFY
+from sglang_spec_harness.vocabulary import DRAFT_DECODE, DRAFT_EXTEND, NO_REGION, TARGET_VERIFY
 from sglang_spec_harness.traces.schema import CycleBar, OpTime, TraceViews
 
 CYCLE_REGIONS = (DRAFT_DECODE, TARGET_VERIFY, DRAFT_EXTEND)

@@ -18,7 +18,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
 )
 from sglang_spec_harness.verdict import stats
 from sglang_spec_harness.verdict.rules import outputs_by_index, region_pattern_counts, timed_values
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, overall_verdict
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, overall_verdict
 
 
 def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: float, confidence: float = 0.95,

@@ -55,13 +55,11 @@ from sglang_spec_harness.scenario import (
 )
 from sglang_spec_harness.traces.schema import CountRow, FileAnalysis
 from sglang_spec_harness.verdict import stats
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, INFO, PASS, Verdict, overall_verdict
+from sglang_spec_harness.vocabulary import CYCLE_REGION, FAIL, INCONCLUSIVE, INFO, PASS, Verdict, overall_verdict
 
 # Rule kinds whose bounds are all optional: kind -> the bound fields. Kinds not listed always have
 # a bound (a required one, or a default that can fail); a rule with every bound unset is INFO.
 OPTIONAL_BOUNDS: dict[str, tuple[str, ...]] = {"explained_gain": ("min_ratio", "max_ratio")}
-# The region whose instances count EAGLE cycles: one target verify per cycle.
-CYCLE_REGION = "TARGET_VERIFY"
 
 
 def _params(check: Any) -> dict[str, Any]:

@@ -87,7 +87,7 @@ from sglang_spec_harness.verdict.stats.base import (
     RankTest,
     RatioEstimate,
 )
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 from sglang_spec_harness.verdict.stats.equivalence import (
     equivalence_within,
     paired_equivalence_within,

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, NamedTuple, TypeAlias, TypedDict
 
 import numpy as np
 
-from sglang_spec_harness.verdict.verdicts import Verdict  # re-exported by sglang_spec_harness.verdict.stats
+from sglang_spec_harness.vocabulary import Verdict  # re-exported by sglang_spec_harness.verdict.stats
 
 #: Fewest trials per arm for a reliable bootstrap interval and for a PASS/FAIL verdict (see the
 #: coverage table in the module docstring). Also the floor of `repetitions_needed`.

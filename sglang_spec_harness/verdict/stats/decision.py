@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sglang_spec_harness.verdict.stats.base import GainDecision, RatioEstimate
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, Verdict
 
 
 def decision_builder(

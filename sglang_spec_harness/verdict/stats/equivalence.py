@@ -18,7 +18,7 @@ from sglang_spec_harness.verdict.stats.base import (
     _clean,
     _zero_spread,
 )
-from sglang_spec_harness.verdict.verdicts import FAIL, INCONCLUSIVE, PASS, Verdict
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, Verdict
 
 # --------------------------------------------------------------------------------------------------
 # Equivalence (accept length)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from sglang_spec_harness.verdict.stats.base import MIN_TRIALS, GainDecision, Values, _check_gain_arguments
-from sglang_spec_harness.verdict.verdicts import INCONCLUSIVE
+from sglang_spec_harness.vocabulary import INCONCLUSIVE
 from sglang_spec_harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from sglang_spec_harness.verdict.stats.paired import paired_tpot_gain_decision
 from sglang_spec_harness.verdict.stats.unpaired import (

@@ -36,7 +36,7 @@ from scipy import optimize as _opt
 from scipy import stats as _st
 
 from sglang_spec_harness.verdict.stats.base import GainDecision, RatioCommon, RatioEstimate, Values, _check_unit, _clean, _Result, _z
-from sglang_spec_harness.verdict.verdicts import INCONCLUSIVE
+from sglang_spec_harness.vocabulary import INCONCLUSIVE
 from sglang_spec_harness.verdict.stats.decision import apply_gain_rule, decision_builder
 from sglang_spec_harness.verdict.stats.paired import MIN_PAIRS
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from sglang_spec_harness.verdict.stats.base import GainDecision, NoiseFloor, RatioEstimate, Values, _check_unit, _clean
-from sglang_spec_harness.verdict.verdicts import FAIL
+from sglang_spec_harness.vocabulary import FAIL
 from sglang_spec_harness.verdict.stats.gain import tpot_gain_decision
 from sglang_spec_harness.verdict.stats.paired import (
     _LOG_TOL,

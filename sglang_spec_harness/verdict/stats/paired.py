@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats as _st
 
 from sglang_spec_harness.verdict.stats.base import _NORMAL, GainDecision, RankTest, RatioCommon, RatioEstimate, Values, _check_gain_arguments, _check_unit, _clean, _log_effect
-from sglang_spec_harness.verdict.verdicts import INCONCLUSIVE
+from sglang_spec_harness.vocabulary import INCONCLUSIVE
 from sglang_spec_harness.verdict.stats.decision import apply_gain_rule, decision_builder
 
 # --------------------------------------------------------------------------------------------------

@@ -1,15 +1,13 @@
-"""The page machinery every HTML page of the harness shares: the run report (`html.py`), the trend
-page (`sglang_spec_harness/history/page.py`) and the bisection page (`sglang_spec_harness/bisect/page.py`).
+"""The pages' templates: Jinja2 over `sglang_spec_harness/pages/templates/` (package data).
 
-The pages are Jinja2 templates in `sglang_spec_harness/templates/` (package data). `base.html` is the document
-shell every page extends: inline CSS (`page.css`), a Content-Security-Policy that forbids every load
-(pages open from disk with no network and no scripts), the verdict banner and the footer.
-`macros.html` holds the common pieces (verdict pills, tables, figures with captions).
+`base.html` is the document shell every page extends: inline CSS (`page.css`), a
+Content-Security-Policy that forbids every load (pages open from disk with no network and no
+scripts), the verdict banner and the footer. `macros.html` holds the common pieces (verdict pills,
+tables, figures with captions).
 
 Autoescaping is on for every template: a value from a run directory, a database or git is always
 shown as text. The only markup that goes in as is, is the harness's own figures, marked safe where
-they are made (`sglang_spec_harness.report.figures.to_svg`). Each page module gathers plain values; its
-template lays them out.
+they are made (`sglang_spec_harness.pages.figures.to_svg`).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from sglang_spec_harness import __version__
-from sglang_spec_harness.verdict.verdicts import Verdict
+from sglang_spec_harness.vocabulary import Verdict
 
 VERDICT_CLASS = {v.value: v.value for v in Verdict}
 
@@ -40,7 +38,7 @@ def relative_link(target: str | Path, start: str | Path) -> str:
 
 
 _ENV = Environment(
-    loader=PackageLoader("sglang_spec_harness", "templates"),
+    loader=PackageLoader("sglang_spec_harness.pages", "templates"),
     autoescape=True,  # every template is HTML (or CSS included into one)
     undefined=StrictUndefined,  # a misspelt name fails the render instead of showing nothing
     trim_blocks=True,
