@@ -121,3 +121,13 @@ def test_coverage_when_launches_really_differ():
             kept, kept_hits = kept + 1, kept_hits + inside
     assert kept >= 250 and kept_hits / kept >= 0.95
     assert hits / 300 >= 0.88
+
+
+def test_one_block_per_launch_pools_and_says_the_launch_effect_is_not_testable():
+    """Found making the 0.1.0 fixtures: an adaptive run's first look had one block per launch, and
+    the reason's format crashed on the F test's missing p."""
+    rows = [(False, "0-0", 0), (True, "1-0", 0), (False, "0-1", 1), (True, "1-1", 1)]
+    fit = stats.fit_nested([10.0, 8.1, 10.4, 8.0], [c for c, _, _ in rows], [lid for _, lid, _ in rows],
+                           [tb for *_, tb in rows])
+    assert fit.launch_p is None and fit.pooled
+    assert fit.reason == "launch effect not testable (no spread within launches): pooled into block noise"

@@ -178,10 +178,18 @@ def fit_nested(
         log_ratio=float(beta[1]), se=se, df=df, sd_launch=math.sqrt(s2_launch) if identifiable else None,
         sd_block=math.sqrt(s2_block), n_blocks=int(n), n_launches=per_arm, n_time_blocks=len(set(tb.tolist())),
         launch_means=launch_means, launch_p=launch_p, pooled=pooled,
-        reason=("one launch per arm: the launch effect cannot be separated from the arm" if not identifiable
-                else f"launch effect not visible (F test p={launch_p:.2f} >= {pool_p:g}): pooled into block noise"
-                if pooled else f"launch effect visible (F test p={launch_p:.3g}): REML, Satterthwaite df"),
+        reason=_fit_reason(identifiable, pooled, launch_p, pool_p),
     )
+
+
+def _fit_reason(identifiable: bool, pooled: bool, launch_p: float | None, pool_p: float) -> str:
+    if not identifiable:
+        return "one launch per arm: the launch effect cannot be separated from the arm"
+    if launch_p is None:  # e.g. one block per launch: no within-launch spread to test against
+        return "launch effect not testable (no spread within launches): pooled into block noise"
+    if pooled:
+        return f"launch effect not visible (F test p={launch_p:.2f} >= {pool_p:g}): pooled into block noise"
+    return f"launch effect visible (F test p={launch_p:.3g}): REML, Satterthwaite df"
 
 
 def _rss(y: np.ndarray, x: np.ndarray) -> tuple[float, int]:
