@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from sglang_spec_harness.commands.progress import TerminalProgress
-from sglang_spec_harness.run.progress import RunProgress
+from sglang_spec_harness.commands.progress import RunsProgressLines
 
 
 def _non_negative_int(text: str) -> int:
@@ -55,16 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set_argument(parser)
 
 
-class BisectLines:
+class BisectLines(RunsProgressLines):
     """A bisection's progress as lines on `stream` (a `BisectProgress`): each step when it starts and
     ends, and, indented under it, its run's servers and trials."""
-
-    def __init__(self, stream: TextIO):
-        self.stream = stream
-        self.run: RunProgress = TerminalProgress(stream, indent="    ")
-
-    def say(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
 
     def started(self, result: Any) -> None:
         if result.request.axis == "releases":

@@ -107,3 +107,15 @@ class TerminalProgress(RunProgress):
     def stop(self) -> None:
         if self.bars is not None:
             self.bars.stop()
+
+
+class RunsProgressLines:
+    """Progress of work made of runs (a bisection's steps, a sweep's points) as lines on `stream`,
+    each run's own lines (a `TerminalProgress`) indented under the line of its step."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.run: RunProgress = TerminalProgress(stream, indent="    ")
+
+    def say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)

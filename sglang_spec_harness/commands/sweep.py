@@ -12,10 +12,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from sglang_spec_harness.commands.progress import TerminalProgress
-from sglang_spec_harness.run.progress import RunProgress
+from sglang_spec_harness.commands.progress import RunsProgressLines
 
 DB_HELP = ("the history database the points go into: a SQLite file or a database URL; default $HARNESS_HISTORY_DB, "
            "else reports/history.sqlite")
@@ -45,16 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set_argument(parser)
 
 
-class SweepLines:
+class SweepLines(RunsProgressLines):
     """A sweep's progress as lines on `stream` (a `SweepProgress`): each point when it starts and
     ends, and, indented under it, its run's servers and trials."""
-
-    def __init__(self, stream: TextIO):
-        self.stream = stream
-        self.run: RunProgress = TerminalProgress(stream, indent="    ")
-
-    def say(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
 
     def started(self, result: Any) -> None:
         labels = [p.label for p in result.points]
