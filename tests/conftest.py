@@ -48,6 +48,20 @@ def postgres():
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (tests/support/chromium.py); tests that need it skip (saying why) without it."""
+    from support.chromium import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set HARNESS_CHROMIUM)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the `test` extra")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
 # Markers that follow from a test's fixtures: the test drives Chromium, or starts PostgreSQL.
 FIXTURE_MARKERS = {"browser": "browser", "postgres": "postgres"}
 

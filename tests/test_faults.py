@@ -40,7 +40,7 @@ from support.faultkit import (
     umount,
     wait_for,
 )
-from test_runner import FAKE_SERVER, write_scenario
+from support.tiny_scenario import FAKE_SERVER, write_scenario
 
 from sglang_spec_harness.run import interrupts
 

@@ -13,7 +13,7 @@ import pytest
 
 from sglang_spec_harness.report import build_report
 from support.history_helpers import series_run
-from test_report_browser import VIEWPORT, browser, open_report  # noqa: F401 - `browser` is a fixture
+from support.chromium import VIEWPORT, open_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def trend_page(tmp_path_factory) -> tuple[Path, dict]:
     return root / "page" / "index.html", json.loads(done.stdout)
 
 
-def test_trend_page_in_the_browser(browser, trend_page):  # noqa: F811
+def test_trend_page_in_the_browser(browser, trend_page):
     html, facts = trend_page
     page, requests, problems = open_report(browser, html)
     try:

@@ -27,8 +27,8 @@ from sglang_spec_harness.history.ingest import find_run_dirs, ingest
 from sglang_spec_harness.history.page import write_trend_page
 from sglang_spec_harness.traces import analyze_traces
 from support.history_helpers import create_v1_database, insert_as_v1, micro_sweep
-from test_report_browser import browser, open_report  # noqa: F401 - `browser` is a fixture
-from test_report_escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, _assert_inert
+from support.chromium import open_report
+from support.escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, assert_page_inert
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = "20260401-020000-micro_sweep"
@@ -280,7 +280,7 @@ def test_two_sweeps_of_the_same_releases_are_series_of_their_own(sweep, second_s
 
 
 @pytest.mark.slow
-def test_the_page_shows_the_sweep_its_change_point_and_the_explanation(browser, history, sweep):  # noqa: F811
+def test_the_page_shows_the_sweep_its_change_point_and_the_explanation(browser, history, sweep):
     _, facts, html = history
     (explanation,) = facts["explanations"]
     page, requests, problems = open_report(browser, html)
@@ -316,7 +316,7 @@ def test_the_page_shows_the_sweep_its_change_point_and_the_explanation(browser, 
         page.close()
 
 
-def test_the_page_shows_an_explanations_strings_as_text(browser, tmp_path):  # noqa: F811
+def test_the_page_shows_an_explanations_strings_as_text(browser, tmp_path):
     """Op names, releases, sweep names and environment facts come from run directories: hostile."""
     out = tmp_path / "page"
     run_dir = out / SCHEME
@@ -356,7 +356,7 @@ def test_the_page_shows_an_explanations_strings_as_text(browser, tmp_path):  # n
         "change_points": [change], "explanations": [explanation],
         "gate": {"max_regression": 0.05, "verdict": "PASS", "failing": []},
     }
-    hrefs = _assert_inert(write_trend_page(facts, out), browser, [
+    hrefs = assert_page_inert(write_trend_page(facts, out), browser, [
         f"aten::{SCRIPT} 2 → 0", f"R{ATTRIBUTE}", f"sentence {SCRIPT}{ATTRIBUTE}", f"w{SCRIPT}", f"0.5{SINGLE}",
         f"s{ATTRIBUTE}", f"v{SINGLE}",
     ])

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from support import sglang_wheel
 from support.http_helpers import get, post
-from test_micro_server import SMALL_FLAGS, _generate, _greedy, start_server
+from support.micro_server import SMALL_FLAGS, generate, greedy, start_server
 
 from sglang_spec_harness.micro.server import BadRequest, parse_profile
 
@@ -151,7 +151,7 @@ def test_sglang_profiler_client_drives_the_micro_server_to_a_trace(server, wheel
     # The client returns once the profiler started (as SGLang 0.5.23's server replies); the steps
     # happen with traffic.
     for i in range(2):
-        assert _generate(server.url, {"text": f"profiled request {i}", "sampling_params": _greedy(16)}).status_code == 200
+        assert generate(server.url, {"text": f"profiled request {i}", "sampling_params": greedy(16)}).status_code == 200
     deadline = time.monotonic() + 60
     traces: list[Path] = []
     while time.monotonic() < deadline and not traces:

@@ -4,78 +4,22 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 from support.http_helpers import get, post
+from support.micro_server import SMALL_FLAGS, RunningServer, generate, greedy, start_server
 
 from sglang_spec_harness.micro.trace_summary import summarize
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL_FLAGS = ["--vocab-size", "8192", "--num-threads", "1", "--log-level", "warning"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class RunningServer:
-    process: subprocess.Popen
-    url: str
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        return self.process.returncode
-
-
-def start_server(log_dir: Path, *flags: str, env: dict[str, str] | None = None) -> RunningServer:
-    port = _free_port()
-    log_path = log_dir / f"server-{port}.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sglang_spec_harness.micro.server", "--port", str(port), *flags],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-    server = RunningServer(process, f"http://127.0.0.1:{port}", log_path)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
-        try:
-            if get(f"{server.url}/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    server.terminate()
-    raise RuntimeError(f"server did not become healthy:\n{server.log()}")
 
 
 @pytest.fixture(scope="module")
@@ -101,14 +45,6 @@ def server_off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
         assert server.terminate() == 0, server.log()
 
 
-def _generate(url: str, payload: dict, timeout: float = 120) -> httpx.Response:
-    return post(f"{url}/generate", json=payload, timeout=timeout)
-
-
-def _greedy(max_new_tokens: int, **more: object) -> dict:
-    return {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True, **more}
-
-
 def _stream(url: str, payload: dict) -> list[str]:
     lines = []
     with httpx.stream("POST", f"{url}/generate", json={**payload, "stream": True}, timeout=120) as response:
@@ -125,7 +61,7 @@ def test_health_info_and_generate(server_on: RunningServer) -> None:
     url = server_on.url
     assert get(f"{url}/health").status_code == 200
     assert get(f"{url}/health_generate", timeout=60).status_code == 200
-    response = _generate(url, {"text": "hello micro engine", "sampling_params": _greedy(24)})
+    response = generate(url, {"text": "hello micro engine", "sampling_params": greedy(24)})
     assert response.status_code == 200
     body = response.json()
     meta = body["meta_info"]
@@ -136,9 +72,9 @@ def test_health_info_and_generate(server_on: RunningServer) -> None:
     assert 1 <= meta["spec_verify_ct"] < 24
     assert meta["spec_accept_length"] == pytest.approx(24 / meta["spec_verify_ct"])
     assert meta["e2e_latency"] > 0 and meta["id"]
-    by_ids = _generate(url, {"input_ids": [7, 8, 9], "sampling_params": _greedy(5)}).json()
+    by_ids = generate(url, {"input_ids": [7, 8, 9], "sampling_params": greedy(5)}).json()
     assert by_ids["meta_info"]["prompt_tokens"] == 3 and len(by_ids["output_ids"]) == 5
-    batch = _generate(url, {"text": ["one two", "three"], "sampling_params": _greedy(6)}).json()
+    batch = generate(url, {"text": ["one two", "three"], "sampling_params": greedy(6)}).json()
     assert isinstance(batch, list) and [len(b["output_ids"]) for b in batch] == [6, 6]
 
     for path in ("/server_info", "/get_server_info"):
@@ -158,7 +94,7 @@ def test_health_info_and_generate(server_on: RunningServer) -> None:
 
 
 def test_streaming_chunks_are_cumulative_and_end_with_done(server_on: RunningServer) -> None:
-    payload = {"text": "stream these tokens please", "sampling_params": _greedy(40)}
+    payload = {"text": "stream these tokens please", "sampling_params": greedy(40)}
     lines = _stream(server_on.url, payload)
     assert lines[-1] == "data: [DONE]"
     assert all(line.startswith("data: ") for line in lines)
@@ -171,7 +107,7 @@ def test_streaming_chunks_are_cumulative_and_end_with_done(server_on: RunningSer
     final = chunks[-1]
     assert final["meta_info"]["finish_reason"]["type"] == "length"
     assert final["meta_info"]["completion_tokens"] == 40
-    assert final["output_ids"] == _generate(server_on.url, payload).json()["output_ids"]
+    assert final["output_ids"] == generate(server_on.url, payload).json()["output_ids"]
 
 
 def test_bad_requests_get_4xx_and_the_server_lives_on(server_on: RunningServer) -> None:
@@ -201,7 +137,7 @@ def test_bad_requests_get_4xx_and_the_server_lives_on(server_on: RunningServer) 
         assert 400 <= response.status_code < 500, (path, body)
         assert response.json()["error"]["message"]
     assert get(f"{url}/health").status_code == 200
-    assert _generate(url, {"text": "still alive", "sampling_params": _greedy(3)}).status_code == 200
+    assert generate(url, {"text": "still alive", "sampling_params": greedy(3)}).status_code == 200
 
 
 @pytest.mark.slow
@@ -210,7 +146,7 @@ def test_concurrent_requests_are_batched(server_on: RunningServer, profile_dir: 
     assert post(f"{url}/flush_cache").status_code == 200
     prompts = [f"concurrent request {i}" for i in range(6)]
     with ThreadPoolExecutor(len(prompts)) as pool:
-        futures = [pool.submit(lambda t: _generate(url, {"text": t, "sampling_params": _greedy(96)}).json(), t)
+        futures = [pool.submit(lambda t: generate(url, {"text": t, "sampling_params": greedy(96)}).json(), t)
                    for t in prompts]
         # The profiler starts once all six run together: on a loaded machine the requests arrive one by
         # one, and a profile started before them held only batches of one (1 failure in 4 suites).
@@ -253,7 +189,7 @@ def test_profile_file_name_self_stop_and_softmax_per_region(
     assert response.status_code == 200 and response.text.startswith("Start profiling")
     assert post(f"{url}/start_profile", json=request).status_code == 400  # already in progress
     assert get(f"{url}/server_info").json()["internal_states"][0]["profiling"] is True
-    assert _generate(url, {"text": "profile this request", "sampling_params": _greedy(64)}).status_code == 200
+    assert generate(url, {"text": "profile this request", "sampling_params": greedy(64)}).status_code == 200
     trace = out_dir / f"micro-id-{variant}-TP-0.trace.json.gz"
     deadline = time.monotonic() + 30
     while not trace.exists() and time.monotonic() < deadline:
@@ -287,7 +223,7 @@ def test_stop_profile_writes_the_trace(server_on: RunningServer, tmp_path: Path)
     url = server_on.url
     body = {"output_dir": str(tmp_path), "profile_id": "manual", "with_stack": False}
     assert post(f"{url}/start_profile", json=body).status_code == 200
-    assert _generate(url, {"text": "short", "sampling_params": _greedy(8)}).status_code == 200
+    assert generate(url, {"text": "short", "sampling_params": greedy(8)}).status_code == 200
     response = post(f"{url}/stop_profile", timeout=60)
     assert response.status_code == 200
     assert (tmp_path / "manual-TP-0.trace.json.gz").exists()
@@ -298,7 +234,7 @@ def test_outputs_identical_between_fast_path_servers(server_on: RunningServer, s
 
     def run(url: str) -> list[tuple[list[int], int]]:
         with ThreadPoolExecutor(len(prompts)) as pool:
-            bodies = list(pool.map(lambda t: _generate(url, {"text": t, "sampling_params": _greedy(48)}).json(), prompts))
+            bodies = list(pool.map(lambda t: generate(url, {"text": t, "sampling_params": greedy(48)}).json(), prompts))
         return [(b["output_ids"], b["meta_info"]["spec_verify_ct"]) for b in bodies]
 
     assert run(server_on.url) == run(server_off.url)
@@ -332,7 +268,7 @@ def test_sigterm_shuts_down_cleanly_during_a_stream(tmp_path: Path) -> None:
         def consume() -> None:
             try:
                 with httpx.stream(
-                    "POST", f"{server.url}/generate", json={"text": "long", "sampling_params": _greedy(100000), "stream": True}
+                    "POST", f"{server.url}/generate", json={"text": "long", "sampling_params": greedy(100000), "stream": True}
                 ) as response:
                     for _ in response.iter_lines():
                         first_chunk.set()

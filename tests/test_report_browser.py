@@ -20,14 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.chromium import VIEWPORT, open_report
 
 from sglang_spec_harness.report import build_report
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = Path(os.environ.get("HARNESS_CHROMIUM") or "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-VIEWPORT = {"width": 1280, "height": 800}
 FIGURES = 6  # pattern counts, time per region, TPOT, paired differences, accept length, timeline
 
 # A tiny scenario of the micro engine (a few seconds per trial on one CPU core): all rule kinds.
@@ -140,30 +137,6 @@ def test_real_run_counts_show_the_softmax_where_it_should_be(real_run):
 
 
 # ---- in the browser -----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set HARNESS_CHROMIUM)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the `test` extra")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-def open_report(browser, html: Path):
-    """The page, loaded, with what it asked the network for and what it logged."""
-    page = browser.new_page(viewport=VIEWPORT)
-    requests: list[str] = []
-    problems: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("console", lambda message: problems.append(f"console {message.type}: {message.text}")
-            if message.type in ("error", "warning") else None)
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.goto(html.as_uri(), wait_until="load")
-    return page, requests, problems
 
 
 def test_real_report_in_the_browser(browser, real_run):

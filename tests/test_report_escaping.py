@@ -1,6 +1,6 @@
 """Every string a run directory carries reaches the HTML report as text, never as markup.
 
-A hand-built run (tests/test_report.py's, with real CPU profiler traces) gets script and
+A hand-built run (tests/support/report_run.py, with real CPU profiler traces) gets script and
 attribute-breaking payloads planted in each source the report shows: the scenario (name,
 descriptions, flags, environment, patches, interpreter), the server (server_info keys and values,
 the command, error messages), the traces (op names inside the trace files, trace file names,
@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -35,14 +33,10 @@ from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Step
 from sglang_spec_harness.history.page import write_trend_page
 from sglang_spec_harness.report import build_report
 from sglang_spec_harness.traces import analyze_traces
-from test_report import make_run_dir
-from test_report_browser import browser, open_report  # noqa: F401 - the fixture is used by name
+from support.chromium import open_report
+from support.escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, PageElements, assert_page_inert
+from support.report_run import make_run_dir
 
-SCRIPT = "<script>window.__pwned='script'</script>"
-ATTRIBUTE = "\"><img src=x onerror=\"window.__pwned='img'\">"
-SINGLE = "'><svg onload=window.__pwned='svg'>"
-SCHEME = "javascript:window.__pwned='link'"
-PAYLOADS = (SCRIPT, ATTRIBUTE, SINGLE)
 
 
 def plant(run_dir: Path) -> Path:
@@ -124,26 +118,13 @@ def planted(tmp_path_factory) -> Path:
     return run_dir
 
 
-class _Elements(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[str] = []
-        self.handlers: list[tuple[str, str]] = []
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        self.handlers += [(tag, name) for name, _ in attrs if name.lower().startswith("on")]
-        self.hrefs += [value for name, value in attrs if name in ("href", "xlink:href", "src") and value is not None]
-
-
 def _link_is_safe(href: str) -> bool:
     return href.startswith(("./", "#")) or href == "https://ui.perfetto.dev"
 
 
 def test_the_page_source_has_no_injected_markup(planted):
     page = (planted / "index.html").read_text()
-    parsed = _Elements()
+    parsed = PageElements()
     parsed.feed(page)
     assert not {"script", "img", "iframe", "object", "embed", "link", "base", "form"} & set(parsed.tags)
     assert parsed.handlers == []
@@ -153,7 +134,7 @@ def test_the_page_source_has_no_injected_markup(planted):
     assert f"./{SCHEME}/server.log" in parsed.hrefs
 
 
-def test_no_script_runs_no_element_is_injected_nothing_is_fetched(browser, planted):  # noqa: F811
+def test_no_script_runs_no_element_is_injected_nothing_is_fetched(browser, planted):
     html = planted / "index.html"
     page, requests, problems = open_report(browser, html)
     try:
@@ -205,33 +186,7 @@ def test_no_script_runs_no_element_is_injected_nothing_is_fetched(browser, plant
 # ---- the trend page and the bisection page ----------------------------------------------------------
 
 
-def _is_relative(href: str) -> bool:
-    """A path relative to the page: no URL scheme (`javascript:`), no host, no absolute path."""
-    return not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", href) and not href.startswith("/")
-
-
-def _assert_inert(page_file: Path, browser, needles: list[str]) -> list[str]:  # noqa: F811
-    """The page's source has no injected element, handler or link; in Chromium no script runs,
-    nothing is fetched and every needle is on the page as text. Returns the links."""
-    parsed = _Elements()
-    parsed.feed(page_file.read_text())
-    assert not {"script", "img", "iframe", "object", "embed", "link", "base", "form"} & set(parsed.tags)
-    assert parsed.handlers == []
-    assert [h for h in parsed.hrefs if not h.startswith("#") and not _is_relative(h)] == []
-    page, requests, problems = open_report(browser, page_file)
-    try:
-        page.wait_for_timeout(300)  # an onload/onerror fires late
-        assert problems == [] and requests == [page_file.as_uri()], (problems, requests)
-        assert page.evaluate("() => window.__pwned") is None
-        text = page.evaluate("() => document.body.textContent")
-        for needle in needles:
-            assert needle in text, needle
-    finally:
-        page.close()
-    return parsed.hrefs
-
-
-def test_the_trend_page_shows_every_string_as_text(browser, tmp_path):  # noqa: F811
+def test_the_trend_page_shows_every_string_as_text(browser, tmp_path):
     out_dir = tmp_path / "page"
     # two run reports: one inside the page's folder, in a folder named like a URL scheme
     scheme_report = out_dir / SCHEME / "index.html"
@@ -268,7 +223,7 @@ def test_the_trend_page_shows_every_string_as_text(browser, tmp_path):  # noqa: 
         "change_points": [change],
         "gate": {"max_regression": 0.05, "verdict": "FAIL", "failing": [change]},
     }
-    hrefs = _assert_inert(write_trend_page(facts, out_dir), browser, [
+    hrefs = assert_page_inert(write_trend_page(facts, out_dir), browser, [
         f"series{SCRIPT}", f"run{SCRIPT}", f"before{ATTRIBUTE}", f"scenario{ATTRIBUTE}", f"hardware{SCRIPT}",
         f"sqlite:///{SCRIPT}.sqlite", f"started{SINGLE}", f"broken{SINGLE}", f"damaged {SCRIPT}",
         f"mode warm{SINGLE}", SCRIPT[:10], ATTRIBUTE[:10], SINGLE[:10],
@@ -278,7 +233,7 @@ def test_the_trend_page_shows_every_string_as_text(browser, tmp_path):  # noqa: 
 
 
 @pytest.mark.parametrize("status", ["found", "not narrowed"])
-def test_the_bisection_page_shows_every_string_as_text(browser, tmp_path, status):  # noqa: F811
+def test_the_bisection_page_shows_every_string_as_text(browser, tmp_path, status):
     out_dir = tmp_path / "bisect"
     commit = Commit(hash=f"{ATTRIBUTE}{SCRIPT}", subject=f"subject {SCRIPT}", author_date=f"date{SINGLE}")
     other = Commit(hash=f"{SINGLE}{SCRIPT}", subject=f"other {ATTRIBUTE}", author_date="2026-01-01")
@@ -296,7 +251,7 @@ def test_the_bisection_page_shows_every_string_as_text(browser, tmp_path, status
         baseline_run_dir=out_dir / SCHEME,
     )
     out_dir.mkdir()
-    hrefs = _assert_inert(write_page(result), browser, [
+    hrefs = assert_page_inert(write_page(result), browser, [
         f"tiny{SCRIPT}", f"v{ATTRIBUTE}", f"/src/{SCRIPT}", f"subject {SCRIPT}", f"date{SINGLE}", f"rule{SCRIPT}",
         f"arm{SCRIPT}", f"role{SCRIPT}", f"reason {ATTRIBUTE}", commit.hash, commit.short, other.short,
     ])

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 from support.http_helpers import get, post
-from test_micro_server import SMALL_FLAGS, start_server
-from test_report import make_run_dir
+from support.micro_server import SMALL_FLAGS, start_server
+from support.report_run import make_run_dir
 
 from sglang_spec_harness.commands.cli import main
 from sglang_spec_harness.errors import EXIT_BAD_INPUT, HarnessInputError

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.proc_helpers import group_gone, process_gone
+from support.tiny_scenario import FAKE_SERVER
 
 from sglang_spec_harness.engines import ServerCommand
 from sglang_spec_harness.scenario import NsysSpec
@@ -25,8 +26,6 @@ from sglang_spec_harness.run.server import (
     nsys_export_argv,
     nsys_profile_argv,
 )
-
-FAKE_SERVER = Path(__file__).parent / "support" / "fake_servers" / "fake_server.py"
 
 
 def fake(mode: str, port: int) -> ServerCommand:

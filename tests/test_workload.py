@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
+from support.tiny_scenario import FAKE_SERVER
 
 from sglang_spec_harness.engines import ServerCommand
 from sglang_spec_harness.errors import HarnessInputError
@@ -20,8 +20,6 @@ from sglang_spec_harness.scenario import WorkloadSpec
 from sglang_spec_harness.run.server import ServerProcess, free_port
 from sglang_spec_harness.run.workload import Prompt, build_prompts, send_request, send_requests, summarize
 from sglang_spec_harness.rundir import RequestRow
-
-FAKE_SERVER = Path(__file__).parent / "support" / "fake_servers" / "fake_server.py"
 
 
 def test_synthetic_prompts_are_deterministic_and_independent_of_count(tmp_path):

@@ -484,7 +484,7 @@ def build_base_runs(root: Path) -> list[Path]:
     """Two complete, PASSing run directories: the planted one (tests/rundir_factory.py) and the
     hand-built one with real CPU profiler traces (tests/test_report.py), checked once."""
     from support.rundir_factory import Arm, file_facts, write_run_dir
-    from test_report import make_run_dir
+    from support.report_run import make_run_dir
 
     from sglang_spec_harness.verdict.rules import check_run_dir
 
