@@ -165,7 +165,7 @@ def test_deeply_nested_trace_json_is_one_line(tmp_path, capsys):
 
 
 def test_kernel_names_with_markup_print_as_text(tmp_path, capsys):
-    from test_trace_variants import cuda_trace
+    from support.kineto_traces import cuda_trace
 
     doc = cuda_trace()
     for event in doc["traceEvents"]:

@@ -14,42 +14,9 @@ torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 from sglang_spec_harness.traces import NO_REGION, analyze_traces  # noqa: E402
+from support.cpu_traces import CYCLES, pre_0523_cycles, record, select_token  # noqa: E402
 
-CYCLES = 3
 ARGMAX = {"argmax": r"^aten::argmax$"}
-
-
-def _select(logits, fast: bool):
-    """The draft's token pick: softmax + max (baseline) or argmax (the topk==1 fast path)."""
-    if fast:
-        return torch.argmax(logits, dim=-1, keepdim=True)
-    return torch.max(torch.softmax(logits, dim=-1), dim=-1).indices
-
-
-def _record(path: Path, body) -> Path:
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        body()
-    prof.export_chrome_trace(str(path))
-    return path
-
-
-def _pre_0523_cycles(fast: bool):
-    """EAGLE cycles with pre-0.5.23 labels (the micro engine's too): 2 draft steps, verify,
-    draft extend; plus one softmax outside any region."""
-    logits = torch.randn(1, 64)
-
-    def body():
-        torch.softmax(logits, dim=-1)  # e.g. a prefill's sampling: in no region
-        for _ in range(CYCLES):
-            with record_function("step[DECODE bs=1]"):
-                for _ in range(2):
-                    _select(logits, fast)
-            with record_function("step[TARGET_VERIFY bs=1]"):
-                torch.argmax(logits, dim=-1)
-            with record_function("step[DRAFT_EXTEND_V2 bs=1]"):
-                _select(logits, fast)
-
-    return body
 
 
 def _sglang_0523_cycles():
@@ -60,11 +27,11 @@ def _sglang_0523_cycles():
         for _ in range(2):
             with record_function("draft"), record_function("step[DRAFT bs=1]"):
                 for _ in range(2):
-                    _select(logits, fast=False)
+                    select_token(logits, fast=False)
             with record_function("verify"), record_function("step[VERIFY bs=1]"):
                 torch.argmax(logits, dim=-1)
             with record_function("draft_extend"), record_function("step[DRAFT bs=1]"):
-                _select(logits, fast=False)
+                select_token(logits, fast=False)
 
     return body
 
@@ -73,9 +40,9 @@ def _sglang_0523_cycles():
 def recorded(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("cpu_traces")
     return {
-        "baseline": _record(root / "baseline.json", _pre_0523_cycles(fast=False)),
-        "fast": _record(root / "fast.json", _pre_0523_cycles(fast=True)),
-        "v0523": _record(root / "v0523.json", _sglang_0523_cycles()),
+        "baseline": record(root / "baseline.json", pre_0523_cycles(fast=False)),
+        "fast": record(root / "fast.json", pre_0523_cycles(fast=True)),
+        "v0523": record(root / "v0523.json", _sglang_0523_cycles()),
     }
 
 
@@ -145,7 +112,7 @@ def test_nested_spans_of_one_region_count_once(tmp_path):
             with record_function("step[TARGET_VERIFY bs=1]"):
                 torch.argmax(logits, dim=-1)
 
-    path = _record(tmp_path / "nested.json", body)
+    path = record(tmp_path / "nested.json", body)
     decode = analyze_traces([path]).files[0].region_times["DRAFT_DECODE"]
     spans = _spans(path, "step[DECODE")
     outer = [e for e in spans if not any(

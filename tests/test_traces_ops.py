@@ -64,7 +64,7 @@ def test_graph_replays_kernels_and_a_trace_that_cannot_hold_them(tmp_path):
     the replays' kernels are not in the trace: the table says so instead of counting zeros."""
     import sqlite3
 
-    from test_nsys_variants import GEMM, SOFTMAX, build
+    from support.nsys_exports import GEMM, SOFTMAX, build
 
     path = build(tmp_path / "node.sqlite")
     tables = {(t.region, t.unit): t for t in analyze_traces([path]).files[0].op_tables}
@@ -86,15 +86,15 @@ def test_graph_replays_kernels_and_a_trace_that_cannot_hold_them(tmp_path):
 @pytest.fixture(scope="module")
 def cpu_traces(tmp_path_factory) -> tuple[Path, Path]:
     pytest.importorskip("torch")
-    from test_traces_cpu import _pre_0523_cycles, _record
+    from support.cpu_traces import pre_0523_cycles, record
 
     root = tmp_path_factory.mktemp("ops")
-    return (_record(root / "off.trace.json", _pre_0523_cycles(fast=False)),
-            _record(root / "fast.trace.json", _pre_0523_cycles(fast=True)))
+    return (record(root / "off.trace.json", pre_0523_cycles(fast=False)),
+            record(root / "fast.trace.json", pre_0523_cycles(fast=True)))
 
 
 def test_nested_cpu_ops_each_count_by_their_name(cpu_traces):
-    from test_traces_cpu import CYCLES
+    from support.cpu_traces import CYCLES
 
     off, fast = (analyze_traces([trace]) for trace in cpu_traces)
     decode = {t.region: t for t in off.files[0].op_tables if t.unit == "span"}["DRAFT_DECODE"]
@@ -112,7 +112,7 @@ def test_nested_cpu_ops_each_count_by_their_name(cpu_traces):
 
 def test_files_combine_replay_by_replay(cpu_traces):
     """An op missing from one file ran zero times in each of that file's replays."""
-    from test_traces_cpu import CYCLES
+    from support.cpu_traces import CYCLES
 
     both = analyze_traces(list(cpu_traces), patterns={"softmax": "^aten::_softmax$", "argmax": "^aten::argmax$"})
     decode = {(t.region, t.unit): t for t in both.combined.op_tables}[("DRAFT_DECODE", "span")]

@@ -338,7 +338,7 @@ _NEEDED = ("cat", "name", "pid", "tid", "ts", "dur", "args", "args.correlation",
 
 
 def synthetic_traces() -> list[dict[str, Any]]:
-    from test_trace_variants import cuda_trace, rocm_62_trace
+    from support.kineto_traces import cuda_trace, rocm_62_trace
 
     return [cuda_trace(), rocm_62_trace()]
 
@@ -442,7 +442,7 @@ _SQL_VALUES = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.floats(a
 
 @st.composite
 def nsys_case(draw: Callable, root: Path, real: bool = False) -> Case:
-    from test_nsys_variants import build
+    from support.nsys_exports import build
 
     rnd = draw(st.randoms(use_true_random=False))
     path = root / "trace.sqlite"
