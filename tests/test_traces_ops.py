@@ -59,7 +59,7 @@ def test_each_name_is_what_a_pattern_matching_only_it_counts(shared_traces, name
 
 
 def test_graph_replays_kernels_and_a_trace_that_cannot_hold_them(tmp_path):
-    """The planted Nsight export (tests/test_nsys_variants.py): 2 graph replays in DRAFT_DECODE of 3
+    """The planted Nsight export (tests/support/nsys_exports.py): 2 graph replays in DRAFT_DECODE of 3
     kernels each (gemm, softmax, gemm), 1 eager softmax outside any region; in graph-trace mode Graph
     the replays' kernels are not in the trace: the table says so instead of counting zeros."""
     import sqlite3
