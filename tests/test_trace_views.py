@@ -34,7 +34,7 @@ PROFILED_V010 = ["00-candidate-profiled", "01-baseline-profiled"]
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("old-runs")
-    for name in ("run_micro_topk1_v010.tar.gz", "run_micro_topk1_gpu_h200.tar.gz"):
+    for name in ("run_v010_micro_topk1_profiled.tar.gz", "run_micro_topk1_gpu_h200.tar.gz"):
         with tarfile.open(FIXTURES / name) as tar:
             tar.extractall(root, filter="data")
     return {"v010": root / "micro_topk1_v010", "gpu": root / "micro_topk1_gpu_h200"}
