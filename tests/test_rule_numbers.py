@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglang_spec_harness.errors import HarnessInputError
-from sglang_spec_harness.rundir import CheckResults, load_run_dir, read_record
+from sglang_spec_harness.rundir import SCHEMA_VERSION, CheckResults, load_run_dir, read_record
 from sglang_spec_harness.rundir.models import RESULT_OF_KIND
 from sglang_spec_harness.rundir.rule_numbers import (
     NUMBERS_OF_KIND,
@@ -82,7 +82,9 @@ def test_a_results_json_written_before_the_numbers_were_typed_loads_key_for_key(
     run_dir = gpu_run(tmp_path)
     recorded = json.loads((run_dir / "results.json").read_text())  # as the H200 run wrote it
     results = read_record(run_dir / "results.json", CheckResults)
-    assert results.model_dump(mode="json") == recorded
+    # key for key; only the version moves: the H200 run is of schema 1, read migrated to today's
+    assert recorded["schema_version"] == 1
+    assert results.model_dump(mode="json") == {**recorded, "schema_version": SCHEMA_VERSION}
     observations = results.rules[0].numbers
     assert isinstance(observations, KernelCountNumbers)
     assert [(o.region, o.unit, o.replays, o.total) for o in observations.observations] == [
@@ -99,7 +101,7 @@ def test_unknown_keys_are_kept(tmp_path):
     recorded["rules"][0]["numbers"]["observations"][0]["lanes"] = 4
     (run_dir / "results.json").write_text(json.dumps(recorded))
     results = read_record(run_dir / "results.json", CheckResults)
-    assert results.model_dump(mode="json") == recorded
+    assert results.model_dump(mode="json") == {**recorded, "schema_version": SCHEMA_VERSION}
 
 
 @pytest.mark.parametrize(("rule", "key", "value", "message"), [

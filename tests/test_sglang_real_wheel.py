@@ -73,7 +73,7 @@ def probes(wheel_root, tmp_path_factory) -> dict[tuple[str, bool], dict]:
 
 
 def run_snippet(code: str, *, patched: bool, wheel_root: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    script = f"import sys\nimport sglang_wheel\nsglang_wheel.install(sglang_wheel.source_root())\n{textwrap.dedent(code)}"
+    script = f"import sys\nfrom support import sglang_wheel\nsglang_wheel.install(sglang_wheel.source_root())\n{textwrap.dedent(code)}"
     env = child_env(patched)
     env[sglang_wheel.CACHE_ENV] = str(wheel_root.parent)
     return subprocess.run([sys.executable, "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
