@@ -32,7 +32,7 @@ from sglang_spec_harness.vocabulary import DRAFT_DECODE, DRAFT_EXTEND, TARGET_VE
 LEGACY_PACKAGE = "harness"  # the import name before the rename (it collides on the package registry)
 
 
-def _current_module_name(name: str) -> str:
+def current_module_name(name: str) -> str:
     """`harness.patches.x` (a scenario written before the rename) -> `sglang_spec_harness.patches.x`."""
     head, _, rest = name.partition(".")
     return f"{__package__}.{rest}" if head == LEGACY_PACKAGE and rest else name
@@ -142,7 +142,7 @@ class VariantSpec(_Strict):
                 raise ValueError(f"{name!r} is not a dotted module name")
         # The package was `harness` until the rename in 0.2.0: older scenarios and stored run directories
         # name its patch modules so, and keep working.
-        return [_current_module_name(name) for name in v]
+        return [current_module_name(name) for name in v]
 
 
 class SyntheticPrompts(_Strict):

@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ValidationError
 
-from sglang_spec_harness.report.data import ReportData, TrialView, plottable
+from sglang_spec_harness.report.data import ReportData, TrialView
+from sglang_spec_harness.rundir import valid_number
 from sglang_spec_harness.report.figures import CountBar, TimelineBar
 from sglang_spec_harness.traces.schema import CountRow, FileAnalysis, TraceAnalysis, TraceViews
 from sglang_spec_harness.vocabulary import NO_REGION, REGION_ORDER
@@ -220,7 +221,7 @@ def region_time_per_cycle(data: ReportData) -> tuple[dict[str, dict[str, float]]
             data.notes.append(f"{trial}: no TARGET_VERIFY in the trace, so no per-cycle times.")
             continue
         times = {r: view.region_time_us[r] / view.cycles for r in _sort_regions(list(view.region_time_us))}
-        if any(plottable(t) is None for t in times.values()):
+        if any(valid_number(t) is None for t in times.values()):
             data.notes.append(f"{trial}: a time per region in analysis.json is past what a figure can show: not drawn.")
             continue
         out[variant] = times
@@ -292,7 +293,7 @@ def cycle_timelines(data: ReportData, pattern: str) -> tuple[dict[str, list[Time
         if not bars:
             data.notes.append(f"{trial}: no complete decoding cycle found in the trace for the timeline.")
             continue
-        if any(plottable(b.start_us) is None or plottable(b.dur_us) is None for b in bars):
+        if any(valid_number(b.start_us) is None or valid_number(b.dur_us) is None for b in bars):
             data.notes.append(f"{trial}: a time of the cycle in analysis.json is past what a figure can show: not drawn.")
             continue
         out[variant] = [TimelineBar(b.lane, b.name, b.start_us, b.dur_us, b.region,

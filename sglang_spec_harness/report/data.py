@@ -22,7 +22,7 @@ from sglang_spec_harness.rundir import (
     inside,
     load_run_dir,
 )
-from sglang_spec_harness.rundir import valid_number as plottable
+from sglang_spec_harness.rundir import valid_number
 from sglang_spec_harness.vocabulary import Verdict
 
 # The overall verdicts results.json may hold (a rule may also be INFO).
@@ -77,7 +77,7 @@ class TrialView:
         return self.trial.record.server_info if self.trial else {}
 
     def number(self, key: str) -> float | None:
-        return plottable(self.summary.get(key))
+        return valid_number(self.summary.get(key))
 
 
 @dataclass

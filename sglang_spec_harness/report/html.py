@@ -23,7 +23,8 @@ from sglang_spec_harness.rundir.rule_numbers import (
     TpotGainNumbers,
     numbers_of,
 )
-from sglang_spec_harness.report.data import ReportData, plottable
+from sglang_spec_harness.report.data import ReportData
+from sglang_spec_harness.rundir import valid_number
 from sglang_spec_harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
 from sglang_spec_harness.pages.render import VERDICT_CLASS, render
 from sglang_spec_harness.scenario import render_args
@@ -197,7 +198,7 @@ def _figures(data: ReportData) -> dict[str, Any]:
     tolerance = next((n.rel_tolerance for r in data.rules_of_kind("accept_length")
                       if isinstance(n := numbers_of(r), AcceptLengthNumbers)), None)
     out["accept"] = _safe(data, "accept length", figures.accept_figure, accept_points, variants,
-                          plottable(tolerance)) if accept_points else None
+                          valid_number(tolerance)) if accept_points else None
     out["accept_line"] = accept_line(data)
 
     timeline, out["timeline_unit"] = av.cycle_timelines(data, pattern)
@@ -215,19 +216,19 @@ def _looks(data: ReportData, tpot: Any) -> dict[str, Any] | None:
         return None
     rows = []
     for number, look in enumerate(looks):
-        ratio, low, high = (plottable(look.get(k)) for k in ("ratio", "ci_low", "ci_high"))
+        ratio, low, high = (valid_number(look.get(k)) for k in ("ratio", "ci_low", "ci_high"))
         rows.append({
             "look": number, "kind": look.get("kind", "?"), "rounds": look.get("rounds", "?"),
             "launches": look.get("launches_per_arm", "?"),
-            "alpha": "-" if plottable(look.get("nominal_alpha")) is None else f"{look['nominal_alpha']:.4f}",
+            "alpha": "-" if valid_number(look.get("nominal_alpha")) is None else f"{look['nominal_alpha']:.4f}",
             "verdict": look.get("verdict") or "-",
             "interval": "-" if None in (ratio, low, high) else f"{ratio:.4f} [{low:.4f}, {high:.4f}]",
-            "mde": "-" if plottable(look.get("min_detectable_gain")) is None else f"{look['min_detectable_gain']:.2%}",
-            "spread": "-" if plottable(look.get("sd_block")) is None else (
+            "mde": "-" if valid_number(look.get("min_detectable_gain")) is None else f"{look['min_detectable_gain']:.2%}",
+            "spread": "-" if valid_number(look.get("sd_block")) is None else (
                 f"{look.get('sd_launch') or 0:.2%} / {look['sd_block']:.2%}"),
             "elapsed": fmt(look.get("elapsed_s"), 1), "action": look.get("action", "?"), "reason": look.get("reason", ""),
         })
-    points = [(look.get("rounds"), plottable(look.get("ratio")), plottable(look.get("ci_low")), plottable(look.get("ci_high")))
+    points = [(look.get("rounds"), valid_number(look.get("ratio")), valid_number(look.get("ci_low")), valid_number(look.get("ci_high")))
               for look in looks if look.get("kind") == "tpot"]
     points = [p for p in points if isinstance(p[0], int) and None not in p[1:]]
     figure = _safe(data, "looks", figures.looks_figure, [p[0] for p in points], [p[1] for p in points],
@@ -242,7 +243,7 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
     numbers = numbers_of(rule) if rule is not None else None
     sampled = numbers if isinstance(numbers, (TpotGainNumbers, AaNoiseNumbers)) else TpotGainNumbers()
     reps = sampled.pair_repetitions if isinstance(sampled, TpotGainNumbers) else []  # A/A: pairs, no rounds
-    pairs = [(r, x) for r, x in zip(reps, map(plottable, sampled.pair_ratios)) if x is not None and x > 0]
+    pairs = [(r, x) for r, x in zip(reps, map(valid_number, sampled.pair_ratios)) if x is not None and x > 0]
     out: dict[str, Any] = {"has_pairs": bool(pairs), "pairs": None, "launches": None}
     if pairs:
         ci = (tpot.ci_low, tpot.ci_high) if tpot.ci_low is not None and tpot.ci_high is not None else None

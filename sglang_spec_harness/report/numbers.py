@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from sglang_spec_harness.pages.numbers import fmt, pct
-from sglang_spec_harness.report.data import ReportData, plottable
+from sglang_spec_harness.report.data import ReportData
+from sglang_spec_harness.rundir import valid_number
 from sglang_spec_harness.rundir.rule_numbers import AcceptLengthNumbers, KernelObservation, TpotGainNumbers, numbers_of
 from sglang_spec_harness.vocabulary import RuleKind
 
@@ -50,13 +51,13 @@ def tpot_numbers(data: ReportData) -> TpotNumbers:
     rules = data.rules_of_kind(RuleKind.TPOT_GAIN)
     if rules and isinstance(n := numbers_of(rules[0]), TpotGainNumbers):
         return TpotNumbers(
-            ratio=plottable(n.ratio),
-            ci_low=plottable(n.ci_low),
-            ci_high=plottable(n.ci_high),
-            confidence=plottable(n.confidence),
-            p_value=plottable(n.p_value),
-            min_gain=plottable(n.min_gain),
-            min_detectable_gain=plottable(n.min_detectable_gain),
+            ratio=valid_number(n.ratio),
+            ci_low=valid_number(n.ci_low),
+            ci_high=valid_number(n.ci_high),
+            confidence=valid_number(n.confidence),
+            p_value=valid_number(n.p_value),
+            min_gain=valid_number(n.min_gain),
+            min_detectable_gain=valid_number(n.min_detectable_gain),
             rule=str(rules[0].get("name")),
         )
     base = [v for t in data.trials_of("baseline", "timed") if (v := t.number("median_tpot_ms")) is not None]
@@ -85,7 +86,7 @@ def accept_line(data: ReportData) -> str:
     text = "Accept length: " + ("; ".join(parts) if parts else "no timed trial reported one")
     rules = data.rules_of_kind(RuleKind.ACCEPT_LENGTH)
     if rules and isinstance(n := numbers_of(rules[0]), AcceptLengthNumbers):
-        ratio, low, high, tolerance = (plottable(v) for v in (n.ratio, n.ci_low, n.ci_high, n.rel_tolerance))
+        ratio, low, high, tolerance = (valid_number(v) for v in (n.ratio, n.ci_low, n.ci_high, n.rel_tolerance))
         if ratio is not None:
             text += f"; ratio {ratio:.4f}"
             if low is not None and high is not None:

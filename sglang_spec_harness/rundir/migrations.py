@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.rundir.models import SCHEMA_VERSION
-from sglang_spec_harness.scenario import _current_module_name as current_module_name
+from sglang_spec_harness.scenario import current_module_name
 
 # What a migration is given: which record, and its data.
 RecordKind = Literal["run.json", "analysis.json", "environment.json", "results.json", "scenario.yaml"]
