@@ -1,6 +1,7 @@
-"""The interpreter probe's SGLang commit: a git checkout's HEAD only where git tracks sglang itself.
+"""The interpreter probe. SGLang's commit: a git checkout's HEAD only where git tracks sglang itself.
 A release unpacked inside another repository (this harness's .sglang-cpu/releases/, ignored there)
-once took the harness's own HEAD for SGLang's commit; the history then showed it on every release."""
+once took the harness's own HEAD for SGLang's commit; the history then showed it on every release.
+torch's facts: read from torch/version.py without importing torch (~2 s a run waited for)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,26 @@ def test_the_history_drops_a_commit_that_an_older_probe_took_from_the_harness():
     assert sglang_commit(checkout, harness) == "ab" * 20
     # the same commit on a path outside the harness's tree is kept: only the misattribution goes
     assert sglang_commit({"path": "/elsewhere/sglang", "commit": harness["git_commit"]}, harness) == harness["git_commit"]
+
+
+def test_torch_facts_come_from_its_version_file_without_importing_it(tmp_path):
+    torch = tmp_path / "torch"
+    torch.mkdir()
+    (torch / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (torch / "version.py").write_text("from typing import Optional\n__version__ = '9.8.7+cu999'\n"
+                                      "cuda: Optional[str] = '99.9'\nhip: Optional[str] = None\ngit_version = 'ab12'\n")
+    facts = probe_interpreter(sys.executable, {"PYTHONPATH": str(tmp_path)})
+    assert (facts["torch"], facts["torch_cuda"], facts["torch_hip"], facts["torch_git"]) == (
+        "9.8.7+cu999", "99.9", None, "ab12")
+    assert "torch_error" not in facts
+
+    (torch / "version.py").write_text("cuda = None\n")
+    facts = probe_interpreter(sys.executable, {"PYTHONPATH": str(tmp_path)})
+    assert facts["torch"] is None and "no __version__ literal" in facts["torch_error"]
+
+
+def test_an_interpreter_without_torch_says_so(tmp_path):
+    python = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(python)], check=True)
+    facts = probe_interpreter(str(python / "bin" / "python"), {})
+    assert facts["torch"] is None and facts["torch_error"] == "ModuleNotFoundError: No module named 'torch'"

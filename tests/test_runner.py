@@ -541,3 +541,23 @@ def test_a_pinned_run_puts_every_server_on_the_last_cpu_and_gives_the_harness_it
         assert x["server_info"]["cpu_affinity"] == [cpus[-1]], x["server_info"]
         assert x["command"].split(" taskset -c ")[1].split(" ")[0] == str(cpus[-1])
     assert sorted(os.sched_getaffinity(0)) == cpus
+
+
+@pytest.mark.slow
+def test_timed_trials_wait_for_the_imports_made_ahead_of_need(tmp_path, monkeypatch):
+    """The run imports its later modules beside the first start-up; a timed trial's client must not
+    share its CPU with them, so no timed trial starts before they are done."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "slow_to_import.py").write_text(
+        "import json, os, pathlib, time\n"
+        "time.sleep(4)\n"
+        "root = pathlib.Path(os.environ['SLOW_IMPORT_RUNS'])\n"
+        "seen = sorted(str(p) for p in root.glob('*/trials/*-timed'))\n"
+        "(root.parent / 'seen.json').write_text(json.dumps(seen))\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.setenv("SLOW_IMPORT_RUNS", str(tmp_path / "runs"))
+    path = write_scenario(tmp_path, trials={"mode": "interleaved", "repetitions": 2, "launches": 1, "profiled": 1})
+    result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs", also_import=("slow_to_import",))
+    assert result.status == "complete", result.error
+    assert len(list(result.run_dir.glob("trials/*-timed"))) == 4
+    assert json.loads((tmp_path / "seen.json").read_text()) == []

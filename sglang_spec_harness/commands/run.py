@@ -245,8 +245,9 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     progress = TerminalProgress(bars=wants_bars(args.no_progress))
     try:
         with _naming_the_file(scenario_path, scenario.name):
+            # the report's modules (matplotlib) load beside the first start-up, not after the last trial
             result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress,
-                                  port=args.port)
+                                  port=args.port, also_import=("sglang_spec_harness.report.html",))
     finally:
         progress.stop()
     facts.update(run_dir=result.run_dir, status=result.status, error=result.error)

@@ -27,13 +27,26 @@ PROBE_TIMEOUT_S = 60.0
 
 # Run in the variant's interpreter. Locates sglang without importing it.
 _PROBE = r"""
-import importlib.metadata as md, importlib.util, json, os, re, subprocess, sys, platform
+import ast, importlib.metadata as md, importlib.util, json, os, re, subprocess, sys, platform
 out = {"python": sys.version.split()[0], "executable": sys.executable, "implementation": platform.python_implementation()}
+# torch's facts from the literals of its generated torch/version.py (what torch.version reads) without
+# importing torch: the import takes ~2 s of CPU, and a run that FAILs on its first profile waits for it.
 try:
-    import torch
-    out["torch"] = torch.__version__
-    out["torch_cuda"] = torch.version.cuda
-    out["torch_hip"] = getattr(torch.version, "hip", None)
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise ModuleNotFoundError("No module named 'torch'")
+    path = os.path.join(os.path.dirname(spec.origin), "version.py")
+    facts = {}
+    for node in ast.parse(open(path, encoding="utf-8").read()).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+            facts[target.id] = node.value.value
+    if not isinstance(facts.get("__version__"), str):
+        raise ValueError(f"no __version__ literal in {path}")
+    out["torch"] = facts["__version__"]
+    out["torch_cuda"] = facts.get("cuda")
+    out["torch_hip"] = facts.get("hip")
+    out["torch_git"] = facts.get("git_version")
 except Exception as exc:
     out["torch"] = None
     out["torch_error"] = f"{type(exc).__name__}: {exc}"
@@ -172,14 +185,6 @@ def collect_environment(scenario: Scenario, *, variants: list[str] | None = None
         engine=scenario.engine,
         variants=per_variant,
     )
-
-
-def probe_needed_first(scenario: Scenario) -> bool:
-    """Whether the gate before any server starts needs the interpreters' facts (SGLang and its version).
-    Otherwise (the micro engine) only the interpreters must exist, and the facts are gathered while
-    the first server starts: a probe imports torch (~2 s), which a run that FAILs on its first profiled
-    pass would otherwise wait for."""
-    return scenario.engine == "sglang"
 
 
 def require_interpreters(scenario: Scenario, variants: list[str]) -> None:

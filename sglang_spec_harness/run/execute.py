@@ -15,8 +15,11 @@ whatever it tore down on its way (requests in flight, a trace being written).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import time
 import traceback
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +28,7 @@ from typing import Literal
 from sglang_spec_harness.engines import ServerCommand, build_server_command, keep_off_cpus, server_cpus
 from sglang_spec_harness.errors import EXIT_INCONCLUSIVE
 from sglang_spec_harness.files import Reserve, WriteError, latest_link_path, new_stamped_dir, update_latest_link, write_text_atomic
-from sglang_spec_harness.run.environment import collect_environment, probe_needed_first, require_engine, require_interpreters
+from sglang_spec_harness.run.environment import collect_environment, require_engine, require_interpreters
 from sglang_spec_harness.run.interrupts import (
     interrupt_received,
     interrupt_text,
@@ -54,6 +57,10 @@ from sglang_spec_harness.rundir.models import LookRecord
 from sglang_spec_harness.scenario import Scenario, scenario_to_yaml
 
 DEFAULT_OUT_ROOT = Path("reports/runs")
+# What a run imports after its first trial (the trace analysis, a look's rules: scipy, pandas), imported
+# beside the first start-up, where the harness waits anyway: a run that FAILs on its first profile
+# would otherwise wait ~1.2 s for them. Timed trials wait until they are done (the client's CPU).
+RUN_IMPORTS = ("sglang_spec_harness.traces.analysis", "sglang_spec_harness.verdict.rules")
 
 
 # ---- results ------------------------------------------------------------------------------------
@@ -109,6 +116,7 @@ def run_scenario(
     port: int | None = None,
     select: Selection | None = None,
     run_dir: Path | None = None,
+    also_import: Sequence[str] = (),
 ) -> RunResult:
     """Run every trial of the scenario's plan and write the run directory. Never raises for a failed
     trial, an interruption or a run directory that cannot be written: the RunResult says what
@@ -130,22 +138,18 @@ def run_scenario(
                        commands=commands, launches=plan.launches, mode=plan.mode)
     if dry_run:
         return result
-    # Each variant's interpreter, asked once: recorded in environment.json, and checked before any
-    # server starts (a missing SGLang, or the wrong version, is bad input: exit 2, not a failed launch).
+    # Each variant's interpreter, asked once (~0.1 s: torch is not imported): recorded in
+    # environment.json, and checked before any server starts (a missing SGLang, or the wrong version,
+    # is bad input: exit 2, not a failed launch).
     variants = sorted({t.config for t in plan.trials})
-    environment: EnvironmentRecord | Future[EnvironmentRecord]
-    probe_first = probe_needed_first(scenario)
-    if probe_first:
-        environment = collect_environment(scenario, variants=variants)
-        require_engine(scenario, environment)
-    else:
-        require_interpreters(scenario, variants)
-    with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)), ThreadPoolExecutor(1) as probes:
-        if not probe_first:
-            # off the servers' CPUs, while the first server starts; environment.json once it is there
-            environment = probes.submit(collect_environment, scenario, variants=variants)
+    require_interpreters(scenario, variants)
+    environment = collect_environment(scenario, variants=variants)
+    require_engine(scenario, environment)
+    with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)), ThreadPoolExecutor(1) as imports:
+        # off the servers' CPUs
+        warm = imports.submit(_import_quietly, (*RUN_IMPORTS, *also_import))
         run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host,
-                   port=port, run_dir=run_dir, environment=environment)
+                   port=port, run_dir=run_dir, environment=environment, imports=warm)
         # Interrupts raise only inside `interrupts_allowed()`: the bookkeeping around it always runs.
         with interrupts_held():
             failure: str | None = None
@@ -163,15 +167,23 @@ def run_scenario(
     return result
 
 
+def _import_quietly(names: Sequence[str]) -> None:
+    """Import ahead of need; a module that fails is left to the import that needs it, which says why."""
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
 class _Run:
     """The state of one run while it goes: run.json, the analysis, the warm launches."""
 
     def __init__(self, scenario: Scenario, scenario_dir: Path, plan: Plan, result: RunResult, *,
                  progress: RunProgress, out_root: Path, aa: bool, host: str, port: int | None,
-                 environment: EnvironmentRecord | Future[EnvironmentRecord], run_dir: Path | None = None):
+                 environment: EnvironmentRecord, imports: Future[None] | None = None, run_dir: Path | None = None):
         self.scenario, self.scenario_dir, self.plan, self.result = scenario, scenario_dir, plan, result
         self.given_run_dir = run_dir
         self.environment = environment
+        self.imports = imports
         self.progress, self.out_root, self.aa, self.host, self.port = progress, out_root, aa, host, port
         self.started = time.monotonic()
         self.run_json: RecordFile[RunRecord] | None = None
@@ -207,8 +219,7 @@ class _Run:
             update_latest_link(run_dir, latest_link_path(self.out_root))
         self.progress.run_started(run_dir, plan.trials)
         self.launches = Launches(scenario, self.scenario_dir, run_dir, plan, self.progress, self.host, self.port)
-        if isinstance(self.environment, EnvironmentRecord):
-            write_record(run_dir / "environment.json", self.environment)
+        write_record(run_dir / "environment.json", self.environment)
         position = -1
         while position + 1 < len(plan.trials):  # an adaptive run's plan grows at its looks
             position += 1
@@ -222,7 +233,9 @@ class _Run:
                 result.error = f"server launch failed: {exc}"
                 result.log_tail = exc.log_tail
                 return
-            self._write_environment()
+            if trial.kind == "timed" and self.imports is not None:
+                self.imports.result()
+                self.imports = None
             launch = plan.launch_of(trial)
             try:
                 outcome = TrialRunner(scenario, self.scenario_dir, run_dir, trial, self.progress, self.host,
@@ -249,13 +262,6 @@ class _Run:
             result.error = f"trace analysis of {name} failed: {message}"
         else:
             result.status = "complete"
-
-    def _write_environment(self) -> None:
-        """environment.json from a probe that ran beside the first start-up (waits for it once)."""
-        if isinstance(self.environment, Future):
-            assert self.result.run_dir is not None
-            self.environment = self.environment.result()
-            write_record(self.result.run_dir / "environment.json", self.environment)
 
     def _look(self, position: int) -> bool:
         """An adaptive run (trials.budget) at the end of a stage: look, record it, and grow the plan
@@ -323,11 +329,6 @@ class _Run:
         if (failure is not None or result.status != "complete") and self.reserve is not None:
             self.reserve.release()  # room for the last records, if the disk is what failed
         write_error = self.launches.stop_all() if self.launches is not None else None
-        if self.result.run_dir is not None:
-            try:  # a run that ended before its first trial: the facts still belong in the run directory
-                self._write_environment()
-            except WriteError as exc:
-                write_error = write_error or exc
         if self.reserve is not None:
             self.reserve.release()
         signum = interrupt_received()

@@ -24,7 +24,7 @@ TRACE_GLOB = "*.trace.json*"
 # Only finished names count: writers stage a trace under another name first (the micro engine's
 # `X.trace.json.gz.tmp`), and such a file left by a server killed while writing is no trace.
 TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
-POLL_S = 0.25
+POLL_S = 0.1
 # After the profiled requests, how long the server gets to finish writing traces by itself (it
 # stops after num_steps) before the harness asks it to stop (at most trace_timeout_s). Short:
 # a server that is still writing answers /stop_profile with "not profiling", and the harness then
@@ -96,7 +96,7 @@ def trace_is_complete(path: Path) -> bool:
         return False
 
 
-def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.5, expected: int = 1,
+def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.1, expected: int = 1,
                     waiting_since: float | None = None) -> list[Path]:
     """The trace files in `output_dir`, once at least `expected` exist and all are complete (size
     unchanged for `settle_s` and readable to the end). Raises ProfilingError at the timeout (its
