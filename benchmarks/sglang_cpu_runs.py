@@ -10,10 +10,11 @@ Needs `make sglang-cpu`. Measure on a machine doing nothing else.
 
     .venv/bin/python benchmarks/sglang_cpu_runs.py --runs 10 --planted --result benchmarks/sglang_cpu_runs.json
 
-The shipped scenario is adaptive (trials.budget): each row also says how far its looks went. With
---fixed N, N runs of the fixed design it replaced (3 launches per arm, 18 rounds, no budget) are
-spread evenly among the adaptive ones, and --planted runs the planted scenario in both designs: the
-same machine, the same hour, side by side.
+The shipped scenario has a fixed design (3 launches per arm, 18 rounds). Given a budget
+(trials.budget in the scenario file: an adaptive design), each row also says how far its looks went;
+with --fixed N, N runs of the fixed design (FIXED_DESIGN, no budget) are spread evenly among the
+adaptive ones, and --planted runs the planted scenario in both designs: the same machine, the same
+hour, side by side.
 """
 
 from __future__ import annotations

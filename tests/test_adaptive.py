@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from sglang_spec_harness.run.adaptive import launch_noise_dominates
+from sglang_spec_harness.run.adaptive import decide_next, launch_noise_dominates
+from sglang_spec_harness.rundir.models import ExplainedGainResult, TpotGainResult
 from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.run.plan import extend, make_plan, rotation
 from sglang_spec_harness.scenario import SCENARIO_END, TpotGainCheck, load_scenario
@@ -135,6 +136,35 @@ def test_launch_noise_decides_what_a_stage_adds():
     rng = np.random.default_rng(2)
     grown = [_run(rng, effect=-0.05, sd_block=0.01, sd_launch=0.06)[2] for _ in range(20)]
     assert max(grown) > 2
+
+
+def test_a_look_waits_for_the_rules_judged_on_the_tpot_interval():
+    """An explained gain inherits the TPOT interval: a look that stopped on the TPOT rule alone ended
+    a run INCONCLUSIVE (ratio 1.43 [0.71, 2.02] against max 2.0, under load) that more rounds decide."""
+    scenario = load_scenario(REPO / "scenarios/micro_topk1.yaml")
+
+    def tpot(verdict):
+        return TpotGainResult(name="tpot_improved", description="", verdict=verdict, reason="", params={})
+
+    def explained(verdict):
+        return ExplainedGainResult(name="gain_explained", description="", verdict=verdict, reason="", params={})
+
+    def decide(results, inherits, rounds=6):
+        return decide_next(scenario, results, inherits, rounds=rounds, launches_per_arm=2,
+                           nested=NestedFitNumbers(sd_launch=0.0, sd_block=0.1), elapsed_s=20.0, per_round_s=1.0,
+                           launch_s=2.0)
+
+    wait = decide([tpot(PASS)], [explained(INCONCLUSIVE)])
+    assert not wait.stop and wait.rounds == scenario.trials.stage_rounds
+    assert "tpot_improved PASS, gain_explained INCONCLUSIVE" in wait.why
+    assert decide([tpot(PASS)], [explained(PASS)]).stop
+    assert decide([tpot(PASS)], [explained(FAIL)]).stop
+    # a TPOT FAIL ends the run FAIL whatever the rest says
+    assert decide([tpot(FAIL)], [explained(INCONCLUSIVE)]).stop
+    assert not decide([tpot(INCONCLUSIVE)], [explained(PASS)]).stop
+    budget = scenario.trials.budget
+    spent = decide([tpot(PASS)], [explained(INCONCLUSIVE)], rounds=budget.max_rounds)
+    assert spent.stop and spent.why.startswith("budget spent")
 
 
 # ---- plans ----------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ A budgeted interleaved run goes in stages. Stage 0 is the profiled passes (first
 launches): after it, the exact rules (kernel counts, whose answer no amount of timing changes) are
 evaluated, and a FAIL ends the run at once. Stage 1 is `trials.repetitions` rounds; after it and after
 each later stage the TPOT rule is evaluated at the look's nominal level (sglang_spec_harness.verdict.stats.
-sequential: alpha spending over the information fraction rounds / max_rounds). The run stops when
-every TPOT rule is decisive (PASS or FAIL), or when the budget is spent (INCONCLUSIVE, with the
+sequential: alpha spending over the information fraction rounds / max_rounds), and so are the rules
+judged on the TPOT interval (explained_gain with a bound). The run stops when a TPOT rule FAILs, when
+all of them are decisive (PASS or FAIL), or when the budget is spent (INCONCLUSIVE, with the
 smallest gain the data could detect); otherwise the next stage adds rounds, or one launch per arm
 when launch-to-launch variance is the larger part of the estimate's variance and a launch is left.
 
@@ -19,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_spec_harness.rundir.models import LookRecord, TpotGainResult
+from sglang_spec_harness.rundir.models import LookRecord, RuleResult, TpotGainResult
 from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.rundir.read import load_run_dir
-from sglang_spec_harness.scenario import KernelCountCheck, Scenario, TpotGainCheck
+from sglang_spec_harness.scenario import ExplainedGainCheck, KernelCountCheck, Scenario, TpotGainCheck
 from sglang_spec_harness.vocabulary import FAIL, PASS
 
 
@@ -62,7 +63,7 @@ def exact_look(run_dir: Path, scenario: Scenario, elapsed_s: float) -> tuple[Loo
 def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rounds: int, launches_per_arm: int,
               elapsed_s: float, per_round_s: float, launch_s: float) -> tuple[LookRecord, Next]:
     """After a stage of rounds: the TPOT rules at this look's level; stop or grow."""
-    from sglang_spec_harness.verdict.rules import look_levels, tpot_rule_at
+    from sglang_spec_harness.verdict.rules import EVALUATORS, informational, look_levels, tpot_rule_at
 
     spec = scenario.trials
     budget = spec.budget
@@ -76,6 +77,10 @@ def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rou
     for check in checks:
         alpha, _ = look_levels(check, fractions, budget.spending)[-1]
         results.append(tpot_rule_at(run, check, alpha))
+    # Judged on the TPOT interval too: a run stopped with one of them INCONCLUSIVE would end INCONCLUSIVE
+    # where more rounds could decide it (an explained gain whose interval reached past max_ratio).
+    inherits = [] if run.aa else [EVALUATORS[c.kind](run, c) for c in scenario.checks
+                                  if isinstance(c, ExplainedGainCheck) and not informational(c)]
     first = results[0]
     n = first.numbers
     nested = n.nested or NestedFitNumbers()
@@ -84,21 +89,28 @@ def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rou
                   verdict=str(first.verdict), ratio=n.ratio, ci_low=n.ci_low, ci_high=n.ci_high,
                   min_detectable_gain=n.min_detectable_gain, sd_launch=nested.sd_launch,
                   sd_block=nested.sd_block, df=nested.df, elapsed_s=round(elapsed_s, 3))
-    nxt = _next(scenario, results, rounds=rounds, launches_per_arm=launches_per_arm, nested=nested,
+    nxt = decide_next(scenario, results, inherits, rounds=rounds, launches_per_arm=launches_per_arm, nested=nested,
                 elapsed_s=elapsed_s, per_round_s=per_round_s, launch_s=launch_s)
     action = "stop" if nxt.stop else (f"add {nxt.rounds} rounds" + (
         f" and launch {nxt.launches_per_arm} per arm" if nxt.launches_per_arm > launches_per_arm else ""))
     return LookRecord(**record, action=action, reason=nxt.why), nxt
 
 
-def _next(scenario: Scenario, results: list[TpotGainResult], *, rounds: int, launches_per_arm: int,
-          nested: NestedFitNumbers,
+def decide_next(scenario: Scenario, results: list[TpotGainResult], inherits: list[RuleResult], *, rounds: int,
+          launches_per_arm: int, nested: NestedFitNumbers,
           elapsed_s: float, per_round_s: float, launch_s: float) -> Next:
+    """Stop or grow. `results`: the TPOT rules at the look's level; `inherits`: the rules judged on
+    the TPOT interval (they decide nothing alone: a TPOT FAIL ends the run whatever they say)."""
     spec = scenario.trials
     budget = spec.budget
     assert budget is not None
-    if all(r.verdict in (PASS, FAIL) for r in results):
-        return Next(True, "decisive: " + "; ".join(f"{r.name} {r.verdict}" for r in results))
+    if any(r.verdict == FAIL for r in results) or all(r.verdict in (PASS, FAIL) for r in [*results, *inherits]):
+        return Next(True, "decisive: " + "; ".join(f"{r.name} {r.verdict}" for r in [*results, *inherits]))
+    waiting = next((r for r in [*results, *inherits] if r.verdict not in (PASS, FAIL)), results[0])
+    if waiting is not results[0] and results[0].verdict in (PASS, FAIL):
+        waiting_on = f"{results[0].name} {results[0].verdict}, {waiting.name} {waiting.verdict}"
+    else:
+        waiting_on = str(waiting.verdict)
     mde = results[0].numbers.min_detectable_gain
     detect = f"; at this point it detects gains >= {mde:.2%}" if mde is not None else ""
     if rounds >= budget.max_rounds:
@@ -112,7 +124,7 @@ def _next(scenario: Scenario, results: list[TpotGainResult], *, rounds: int, lau
         return Next(True, f"budget spent: the next stage (~{cost:.0f} s) would end past {budget.max_minutes:g} min "
                           f"({elapsed_s:.0f} s so far){detect}")
     if grow and budget.grow == "launches":
-        return Next(False, f"not decisive ({results[0].verdict}); budget.grow launches: one more launch per arm{detect}",
+        return Next(False, f"not decisive ({waiting_on}); budget.grow launches: one more launch per arm{detect}",
                     add, launches_per_arm + 1)
     if grow:
         why = (f"launch-to-launch sd {nested.sd_launch:.2%} over {launches_per_arm} launches per arm outweighs "
@@ -125,7 +137,7 @@ def _next(scenario: Scenario, results: list[TpotGainResult], *, rounds: int, lau
         why = "block-to-block noise is the larger part: more rounds"
     else:
         why = "more rounds"
-    return Next(False, f"not decisive ({results[0].verdict}); {why}{detect}", add, launches_per_arm)
+    return Next(False, f"not decisive ({waiting_on}); {why}{detect}", add, launches_per_arm)
 
 
 def launch_noise_dominates(nested: NestedFitNumbers, rounds: int, launches_per_arm: int) -> bool:
