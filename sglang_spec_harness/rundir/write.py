@@ -23,9 +23,31 @@ def now() -> str:
 
 
 def record_json(record: BaseModel) -> str:
-    """A record as the harness writes it: indented JSON of the fields that were set, in the model's
-    order (see sglang_spec_harness.rundir.models: records grow as a run goes)."""
-    return json.dumps(record.model_dump(exclude_unset=True), indent=2, default=str) + "\n"
+    """A record as the harness writes it: JSON of the fields that were set, in the model's order (see
+    sglang_spec_harness.rundir.models: records grow as a run goes), indented but with each list of
+    plain values on one line (the views' series: half an analysis.json's size, one line per series)."""
+    return compact_json(record.model_dump(exclude_unset=True)) + "\n"
+
+
+def compact_json(value: Any, level: int = 0) -> str:
+    """`json.dumps(value, indent=2, default=str)`, but a list of plain values on one line."""
+    if isinstance(value, dict) and value:
+        pad = "  " * (level + 1)
+        items = (f"{pad}{_json_key(key)}: {compact_json(item, level + 1)}" for key, item in value.items())
+        return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}"
+    if isinstance(value, (list, tuple)) and any(isinstance(item, (dict, list, tuple)) and item for item in value):
+        pad = "  " * (level + 1)
+        return "[\n" + ",\n".join(pad + compact_json(item, level + 1) for item in value) + "\n" + "  " * level + "]"
+    return json.dumps(value, default=str)
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as json.dumps writes it (keys that are not strings become strings)."""
+    if isinstance(key, str):
+        return json.dumps(key)
+    if key is None or isinstance(key, bool):
+        return json.dumps(json.dumps(key))
+    return json.dumps(str(key))
 
 
 def write_record(path: Path, record: BaseModel) -> None:
