@@ -24,7 +24,7 @@ from sglang_spec_harness.rundir import (
     EnvironmentRecord,
     RuleResult,
     RunDir,
-    Trial,
+    StoredTrial,
     as_object,
     load_run_dir,
     valid_number,
@@ -231,9 +231,9 @@ def _run_facts(row: RunRow, rd: RunDir) -> None:
         row.sweep_label, row.sweep_position = point.label, point.position
 
 
-def _trials(rd: RunDir) -> dict[str, Trial]:
+def _trials(rd: RunDir) -> dict[str, StoredTrial]:
     """Every trial the plan lists, by directory name; a missing or unreadable one damages the run."""
-    trials: dict[str, Trial] = {}
+    trials: dict[str, StoredTrial] = {}
     for entry in rd.run.plan:
         if entry.dir is None:
             raise Damaged("run.json: a plan entry without `dir`")
@@ -253,7 +253,7 @@ def rule_numbers(rule: RuleResult) -> dict[str, Any]:
     return rule.numbers.model_dump(mode="json")
 
 
-def _samples(row: RunRow, variant: str, facts: dict[str, Any], trials: dict[str, Trial]) -> None:
+def _samples(row: RunRow, variant: str, facts: dict[str, Any], trials: dict[str, StoredTrial]) -> None:
     listed = facts.get("timed_trials") or []
     if not isinstance(listed, list):
         raise Damaged(f"results.json: variants.{variant}.timed_trials: expected a list")
@@ -292,7 +292,7 @@ def _variant_row(rd: RunDir, variant: str) -> dict[str, Any]:
     }
 
 
-def _results(row: RunRow, rd: RunDir, trials: dict[str, Trial]) -> None:
+def _results(row: RunRow, rd: RunDir, trials: dict[str, StoredTrial]) -> None:
     results = rd.results
     if results is None:
         raise Damaged("results.json: missing")
@@ -306,7 +306,7 @@ def _results(row: RunRow, rd: RunDir, trials: dict[str, Trial]) -> None:
                           "params": rule.params, "numbers": rule_numbers(rule)})
 
 
-def _variant_files(rd: RunDir, trials: dict[str, Trial]) -> dict[str, list[tuple[str, FileAnalysis]]]:
+def _variant_files(rd: RunDir, trials: dict[str, StoredTrial]) -> dict[str, list[tuple[str, FileAnalysis]]]:
     """Per variant, its profiled trials' per-file analyses: (trial, facts). A trial the plan does not
     know is not this run's."""
     out: dict[str, list[tuple[str, FileAnalysis]]] = {}
@@ -316,7 +316,7 @@ def _variant_files(rd: RunDir, trials: dict[str, Trial]) -> dict[str, list[tuple
     return out
 
 
-def _kernel_counts(row: RunRow, rd: RunDir, trials: dict[str, Trial]) -> None:
+def _kernel_counts(row: RunRow, rd: RunDir, trials: dict[str, StoredTrial]) -> None:
     for variant, files in _variant_files(rd, trials).items():
         for trial_name, facts in files:
             for region, counts in facts.regions.items():
@@ -334,7 +334,7 @@ def op_key(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
-def _ops_and_times(row: RunRow, rd: RunDir, trials: dict[str, Trial]) -> None:
+def _ops_and_times(row: RunRow, rd: RunDir, trials: dict[str, StoredTrial]) -> None:
     """Per variant, its profiled trials' op tables as one (every replay of every trial and rank), and
     each region's time per replay (summed over the same files)."""
     for variant, files in _variant_files(rd, trials).items():

@@ -15,7 +15,7 @@ from typing import Any
 from sglang_spec_harness.rundir import (
     PlanEntry,
     RunDir,
-    Trial,
+    StoredTrial,
     TrialAnalysis,
     as_list,
     as_object,
@@ -40,7 +40,7 @@ WITHOUT = {
 @dataclass
 class TrialView:
     """One planned or executed trial as the report shows it: its place in the plan and, once it ran,
-    its record (`trial`, rundir's Trial)."""
+    its record (`trial`, rundir's StoredTrial)."""
 
     name: str  # directory name, e.g. `03-candidate-timed`
     dir: Path
@@ -50,7 +50,7 @@ class TrialView:
     repetition: int
     status: str  # ok | failed | interrupted | not run (planned, no trial.json) | unreadable
     error: str | None = None
-    trial: Trial | None = None
+    trial: StoredTrial | None = None
     trace_paths: list[Path] = field(default_factory=list)  # absolute; those that exist
     missing_traces: list[str] = field(default_factory=list)  # listed in trial.json, absent on disk
     server_log: Path | None = None

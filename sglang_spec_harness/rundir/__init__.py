@@ -31,7 +31,7 @@ from sglang_spec_harness.rundir.models import (
 from sglang_spec_harness.rundir.read import (
     MAX_FILE_BYTES,
     RunDir,
-    Trial,
+    StoredTrial,
     as_list,
     as_object,
     inside,
@@ -61,8 +61,8 @@ __all__ = [
     "RuleResult",
     "RunDir",
     "RunRecord",
+    "StoredTrial",
     "SweepPoint",
-    "Trial",
     "TrialAnalysis",
     "TrialRecord",
     "TrialSummary",

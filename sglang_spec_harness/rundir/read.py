@@ -172,7 +172,10 @@ def inside(base: Path, path: Path) -> bool:
 
 
 @dataclass
-class Trial:
+class StoredTrial:
+    """A trial as the run directory holds it: its trial.json and the files beside it (the planned
+    entry it came from is sglang_spec_harness.run.plan.Trial)."""
+
     dir: Path
     record: TrialRecord
     _requests: list[RequestRow] | None = field(default=None, repr=False)
@@ -214,7 +217,7 @@ class RunDir:
 
     path: Path
     run: RunRecord
-    trials: list[Trial]  # every readable trial.json on disk, in index order
+    trials: list[StoredTrial]  # every readable trial.json on disk, in index order
     analysis: dict[str, TrialAnalysis]  # trial dir name -> its trace analysis
     environment: EnvironmentRecord | None  # None: no environment.json
     # results.json (`harness check`'s output, so always read leniently: a damaged one is a note even
@@ -270,13 +273,13 @@ class RunDir:
                 return launch.number
         return None
 
-    def trial(self, name: str) -> Trial | None:
+    def trial(self, name: str) -> StoredTrial | None:
         return next((t for t in self.trials if t.name == name), None)
 
-    def trials_of(self, variant: str, kind: str, *, ok_only: bool = True) -> list[Trial]:
+    def trials_of(self, variant: str, kind: str, *, ok_only: bool = True) -> list[StoredTrial]:
         return [t for t in self.trials if t.variant == variant and t.kind == kind and (t.ok or not ok_only)]
 
-    def analysis_files(self, trial: Trial) -> list[FileAnalysis]:
+    def analysis_files(self, trial: StoredTrial) -> list[FileAnalysis]:
         """The per-file (per-rank) facts of a profiled trial's trace analysis; none without one."""
         analysis = self.analysis.get(trial.name)
         return list(analysis.files) if analysis is not None else []
@@ -405,14 +408,14 @@ def _read_scenario(
     return scenario, None, data
 
 
-def _read_trials(loader: _Loader, run: RunRecord) -> list[Trial]:
+def _read_trials(loader: _Loader, run: RunRecord) -> list[StoredTrial]:
     """Every trial.json on disk: where the plan puts each trial (inside the run directory), and any
     other directory under trials/."""
     names = [f"{entry.dir}/trial.json" for entry in run.plan if entry.dir]
     trials_dir = loader.path / "trials"
     names += [p.relative_to(loader.path).as_posix() for p in sorted(trials_dir.glob("*/trial.json"))] \
         if trials_dir.is_dir() else []
-    trials: list[Trial] = []
+    trials: list[StoredTrial] = []
     seen: set[str] = set()
     for name in names:
         rel = Path(os.path.normpath(name))
@@ -421,6 +424,6 @@ def _read_trials(loader: _Loader, run: RunRecord) -> list[Trial]:
         seen.add(str(rel))
         path = loader.path / rel  # a link out of the run directory is damage (`_Loader.record`)
         if (record := loader.record(rel.as_posix(), TrialRecord)) is not None:
-            trials.append(Trial(dir=path.parent, record=record))
+            trials.append(StoredTrial(dir=path.parent, record=record))
     trials.sort(key=lambda t: t.record.index)
     return trials

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sglang_spec_harness.files import write_json_atomic
-from sglang_spec_harness.rundir import CheckResults, Precondition, RuleResult, RunDir, Trial, load_run_dir
+from sglang_spec_harness.rundir import CheckResults, Precondition, RuleResult, RunDir, StoredTrial, load_run_dir
 from sglang_spec_harness.rundir.models import (
     AaNoiseResult,
     AcceptLengthResult,
@@ -156,7 +156,7 @@ def expects_absence(check: KernelCountCheck) -> bool:
     return check.equals == 0 or check.at_most == 0
 
 
-def _observe(run: RunDir, check: KernelCountCheck, variant: str, trial: Trial, facts: FileAnalysis
+def _observe(run: RunDir, check: KernelCountCheck, variant: str, trial: StoredTrial, facts: FileAnalysis
              ) -> tuple[list[Precondition], KernelObservation | None]:
     """One trace file's (rank's) count of the rule's pattern, with what the count relies on; no
     observation where the file cannot give one."""
@@ -302,7 +302,7 @@ def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> AcceptLengt
     return _result(AcceptLengthResult, check, decision.verdict, decision.reason, numbers, preconditions)
 
 
-def outputs_by_index(trial: Trial) -> dict[int, list[int]]:
+def outputs_by_index(trial: StoredTrial) -> dict[int, list[int]]:
     """The output of each measured request that completed, by prompt index."""
     return {row.index: list(row.output_ids) for row in trial.requests
             if row.output_ids is not None and not row.error}
