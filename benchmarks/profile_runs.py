@@ -27,9 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 FIXED_DESIGN = ["trials.budget=null", "trials.repetitions=16"]  # the design before issue 27
 
 
-def one_run(scenario: str, sets: list[str], out: Path) -> dict[str, Any]:
+def one_run(scenario: str, sets: list[str], out: Path, *, aa: bool = False) -> dict[str, Any]:
     started = time.monotonic()
-    cmd = [str(REPO / ".venv/bin/harness"), "run", scenario, "--json", "--no-progress", "--out", str(out)]
+    cmd = [str(REPO / ".venv/bin/harness"), "run", scenario, "--json", "--no-progress", "--out", str(out),
+           *(["--aa"] if aa else [])]
     for item in sets:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -62,6 +63,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--scenario", default=str(REPO / "scenarios/micro_topk1.yaml"))
     parser.add_argument("--load", action="store_true", help="beside benchmarks/background_load.py")
+    parser.add_argument("--aa", action="store_true", help="A/A runs (both arms the baseline): any verdict but "
+                                                          "INCONCLUSIVE on the TPOT noise floor is a false one")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE")
     parser.add_argument("--fixed-every", type=int, default=0, metavar="N",
                         help="after every N-th run, one run of the fixed design (the same --set, no budget, 16 rounds)")
@@ -75,10 +78,11 @@ def main() -> int:
     fixed: list[dict[str, Any]] = []
     try:
         for i in range(args.runs):
-            rows.append({"run": i + 1, **one_run(args.scenario, args.set, args.out)})
+            rows.append({"run": i + 1, **one_run(args.scenario, args.set, args.out, aa=args.aa)})
             print(json.dumps(rows[-1]), flush=True)
             if args.fixed_every and (i + 1) % args.fixed_every == 0:
-                fixed.append({"after_run": i + 1, **one_run(args.scenario, [*args.set, *FIXED_DESIGN], args.out)})
+                fixed.append({"after_run": i + 1, **one_run(args.scenario, [*args.set, *FIXED_DESIGN], args.out,
+                                                            aa=args.aa)})
                 print(json.dumps({"fixed": fixed[-1]}), flush=True)
     finally:
         if load is not None:
@@ -87,7 +91,7 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     summary = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "host": platform.node(),
-               "load": args.load, "set": args.set, "design": summarize(rows),
+               "load": args.load, "aa": args.aa, "set": args.set, "design": summarize(rows),
                **({"fixed_design": summarize(fixed), "fixed_set": FIXED_DESIGN} if fixed else {})}
     print(json.dumps(summary))
     if args.output:

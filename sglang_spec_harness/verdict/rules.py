@@ -854,10 +854,25 @@ def evaluate_aa_noise(run: RunDir) -> AaNoiseResult:
     """A/A: both arms run the same variant. Any PASS or FAIL of the TPOT rule is a false verdict."""
     tpot_rules = [c for c in run.scenario.checks if isinstance(c, TpotGainCheck)]
     min_gain = tpot_rules[0].min_gain if tpot_rules else 0.01
-    decision, data = _tpot_decision(run, "baseline", "candidate", min_gain=min_gain)
-    a, b = data.baseline_ms, data.candidate_ms
     check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
-                          description="A/A: the TPOT rule on two arms of the same variant")
+                          description="A/A: the TPOT rule on two arms of the same variant",
+                          **({"alpha": tpot_rules[0].alpha, "confidence": tpot_rules[0].confidence} if tpot_rules else {}))
+    # An adaptive run claims at its last look's level: the A/A answer is the one its looks gave.
+    adaptive = _sequential(run, check)
+    if adaptive is not None:
+        check = adaptive[0]
+    result = _aa_noise_at(run, check)
+    if adaptive is not None:
+        result.reason = f"look {adaptive[1].looks} of an adaptive run, nominal alpha {check.alpha:.4f}: {result.reason}"
+    return result
+
+
+def _aa_noise_at(run: RunDir, check: TpotGainCheck) -> AaNoiseResult:
+    """The A/A rule with its claims at `check`'s level."""
+    min_gain = check.min_gain
+    decision, data = _tpot_decision(run, "baseline", "candidate", min_gain=min_gain, alpha=check.alpha,
+                                    confidence=check.confidence)
+    a, b = data.baseline_ms, data.candidate_ms
     if data.nested is not None:
         return _aa_nested(check, decision, data)
     if data.paired:
