@@ -90,15 +90,15 @@ def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rou
                   min_detectable_gain=n.min_detectable_gain, sd_launch=nested.sd_launch,
                   sd_block=nested.sd_block, df=nested.df, elapsed_s=round(elapsed_s, 3))
     nxt = decide_next(scenario, results, inherits, rounds=rounds, launches_per_arm=launches_per_arm, nested=nested,
-                elapsed_s=elapsed_s, per_round_s=per_round_s, launch_s=launch_s)
+                      elapsed_s=elapsed_s, per_round_s=per_round_s, launch_s=launch_s)
     action = "stop" if nxt.stop else (f"add {nxt.rounds} rounds" + (
         f" and launch {nxt.launches_per_arm} per arm" if nxt.launches_per_arm > launches_per_arm else ""))
     return LookRecord(**record, action=action, reason=nxt.why), nxt
 
 
 def decide_next(scenario: Scenario, results: list[TpotGainResult], inherits: list[RuleResult], *, rounds: int,
-          launches_per_arm: int, nested: NestedFitNumbers,
-          elapsed_s: float, per_round_s: float, launch_s: float) -> Next:
+                launches_per_arm: int, nested: NestedFitNumbers, elapsed_s: float, per_round_s: float,
+                launch_s: float) -> Next:
     """Stop or grow. `results`: the TPOT rules at the look's level; `inherits`: the rules judged on
     the TPOT interval (they decide nothing alone: a TPOT FAIL ends the run whatever they say)."""
     spec = scenario.trials
