@@ -16,11 +16,11 @@ whatever it tore down on its way (requests in flight, a trace being written).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import time
 import traceback
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -41,7 +41,7 @@ from sglang_spec_harness.run.launch import Launches, TrialFailed
 from sglang_spec_harness.run import adaptive
 from sglang_spec_harness.run.plan import Launch, Plan, Selection, Trial, extend, make_plan, with_run_seed
 from sglang_spec_harness.run.progress import RunProgress
-from sglang_spec_harness.run.server import LOOPBACK
+from sglang_spec_harness.run.server import LOOPBACK, do_while_waiting, drop_waiting_work, run_waiting_work
 from sglang_spec_harness.run.trial import TrialOutcome, TrialRunner, analyze_trial_traces
 from sglang_spec_harness.run.workload import build_prompts
 from sglang_spec_harness.rundir import (
@@ -58,8 +58,9 @@ from sglang_spec_harness.scenario import Scenario, scenario_to_yaml
 
 DEFAULT_OUT_ROOT = Path("reports/runs")
 # What a run imports after its first trial (the trace analysis, a look's rules: scipy, pandas), imported
-# beside the first start-up, where the harness waits anyway: a run that FAILs on its first profile
-# would otherwise wait ~1.2 s for them. Timed trials wait until they are done (the client's CPU).
+# while the first server comes up, where the harness waits anyway (run.server.do_while_waiting): a run
+# that FAILs on its first profile would otherwise wait ~1.2 s for them. Before the first timed trial
+# at the latest (the client's CPU).
 RUN_IMPORTS = ("sglang_spec_harness.traces.analysis", "sglang_spec_harness.verdict.rules")
 
 
@@ -145,11 +146,10 @@ def run_scenario(
     require_interpreters(scenario, variants)
     environment = collect_environment(scenario, variants=variants)
     require_engine(scenario, environment)
-    with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)), ThreadPoolExecutor(1) as imports:
-        # off the servers' CPUs
-        warm = imports.submit(_import_quietly, (*RUN_IMPORTS, *also_import))
+    with signals_raise_interrupt(), keep_off_cpus(server_cpus(scenario)):
+        do_while_waiting(functools.partial(_import_quietly, (*RUN_IMPORTS, *also_import)))
         run = _Run(scenario, scenario_dir, plan, result, progress=progress, out_root=out_root, aa=aa, host=host,
-                   port=port, run_dir=run_dir, environment=environment, imports=warm)
+                   port=port, run_dir=run_dir, environment=environment)
         # Interrupts raise only inside `interrupts_allowed()`: the bookkeeping around it always runs.
         with interrupts_held():
             failure: str | None = None
@@ -179,11 +179,10 @@ class _Run:
 
     def __init__(self, scenario: Scenario, scenario_dir: Path, plan: Plan, result: RunResult, *,
                  progress: RunProgress, out_root: Path, aa: bool, host: str, port: int | None,
-                 environment: EnvironmentRecord, imports: Future[None] | None = None, run_dir: Path | None = None):
+                 environment: EnvironmentRecord, run_dir: Path | None = None):
         self.scenario, self.scenario_dir, self.plan, self.result = scenario, scenario_dir, plan, result
         self.given_run_dir = run_dir
         self.environment = environment
-        self.imports = imports
         self.progress, self.out_root, self.aa, self.host, self.port = progress, out_root, aa, host, port
         self.started = time.monotonic()
         self.run_json: RecordFile[RunRecord] | None = None
@@ -233,9 +232,8 @@ class _Run:
                 result.error = f"server launch failed: {exc}"
                 result.log_tail = exc.log_tail
                 return
-            if trial.kind == "timed" and self.imports is not None:
-                self.imports.result()
-                self.imports = None
+            if trial.kind == "timed":
+                run_waiting_work()
             launch = plan.launch_of(trial)
             try:
                 outcome = TrialRunner(scenario, self.scenario_dir, run_dir, trial, self.progress, self.host,
@@ -328,6 +326,7 @@ class _Run:
         result = self.result
         if (failure is not None or result.status != "complete") and self.reserve is not None:
             self.reserve.release()  # room for the last records, if the disk is what failed
+        drop_waiting_work()  # a run that ended before its first server came up
         write_error = self.launches.stop_all() if self.launches is not None else None
         if self.reserve is not None:
             self.reserve.release()

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import httpx
@@ -34,6 +35,25 @@ from sglang_spec_harness.scenario import NsysSpec
 LOOPBACK = "127.0.0.1"
 LOG_TAIL_LINES = 20
 HEALTH_POLL_S = 0.25
+# Work a run would do later (its imports), done in the main thread while it waits for a server to come
+# up. Not in a thread beside it: a signal that landed while the main thread waited for the import
+# lock inside importlib's lock callback left the lock held, and the run hung (test_bisect's SIGTERM).
+_WHILE_WAITING: list[Callable[[], None]] = []
+
+
+def do_while_waiting(work: Callable[[], None]) -> None:
+    """Queue `work` for the next wait for a server's health (or `run_waiting_work`)."""
+    _WHILE_WAITING.append(work)
+
+
+def run_waiting_work() -> None:
+    """Run what `do_while_waiting` queued, now."""
+    while _WHILE_WAITING:
+        _WHILE_WAITING.pop(0)()
+
+
+def drop_waiting_work() -> None:
+    _WHILE_WAITING.clear()
 PIN_PASSES = 5
 DEFAULT_STOP_GRACE_S = 10.0
 # nsys writes its report after the application exits, which takes a while for a large capture.
@@ -369,6 +389,7 @@ class ServerProcess:
                     last_answer = f"HTTP {response.status_code}"
                 except httpx.HTTPError as exc:
                     last_answer = type(exc).__name__
+                run_waiting_work()
                 if time.monotonic() >= deadline:
                     raise ServerStartError(
                         f"server did not answer GET /health with 200 within {self.startup_timeout_s:g} s "
