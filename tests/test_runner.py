@@ -545,7 +545,7 @@ def test_a_pinned_run_puts_every_server_on_the_last_cpu_and_gives_the_harness_it
 
 @pytest.mark.slow
 def test_timed_trials_wait_for_the_imports_made_ahead_of_need(tmp_path, monkeypatch):
-    """The run imports its later modules beside the first start-up; a timed trial's client must not
+    """The run imports its later modules while the first server comes up; a timed trial's client must not
     share its CPU with them, so no timed trial starts before they are done."""
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / "slow_to_import.py").write_text(

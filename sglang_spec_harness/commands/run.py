@@ -245,7 +245,7 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     progress = TerminalProgress(bars=wants_bars(args.no_progress))
     try:
         with _naming_the_file(scenario_path, scenario.name):
-            # the report's modules (matplotlib) load beside the first start-up, not after the last trial
+            # the report's modules (matplotlib) load while the first server comes up, not after the last trial
             result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress,
                                   port=args.port, also_import=("sglang_spec_harness.report.html",))
     finally:
