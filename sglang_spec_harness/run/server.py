@@ -22,8 +22,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import httpx
@@ -35,6 +35,12 @@ from sglang_spec_harness.scenario import NsysSpec
 LOOPBACK = "127.0.0.1"
 LOG_TAIL_LINES = 20
 HEALTH_POLL_S = 0.25
+PIN_PASSES = 5
+DEFAULT_STOP_GRACE_S = 10.0
+# nsys writes its report after the application exits, which takes a while for a large capture.
+NSYS_STOP_GRACE_S = 120.0
+
+
 # Work a run would do later (its imports), done in the main thread while it waits for a server to come
 # up. Not in a thread beside it: a signal that landed while the main thread waited for the import
 # lock inside importlib's lock callback left the lock held, and the run hung (test_bisect's SIGTERM).
@@ -53,11 +59,8 @@ def run_waiting_work() -> None:
 
 
 def drop_waiting_work() -> None:
+    """Forget what was queued (a run that ended before its first server came up)."""
     _WHILE_WAITING.clear()
-PIN_PASSES = 5
-DEFAULT_STOP_GRACE_S = 10.0
-# nsys writes its report after the application exits, which takes a while for a large capture.
-NSYS_STOP_GRACE_S = 120.0
 
 
 class ServerStartError(Exception):
