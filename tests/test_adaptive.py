@@ -260,7 +260,14 @@ def _harness_run(scenario: Path, out: Path, *extra: str) -> tuple[int, Path, dic
 
 @pytest.mark.slow
 def test_a_real_run_stops_early_and_check_gives_its_answer(tmp_path):
+    # An effect no load hides: the baseline also busy-waits 30 ms per draft cycle (the fast path's own
+    # 17-30% went undecided to the budget once, in CI, with the suite's other servers on its CPU). The
+    # delay sits outside the draft regions, so the explained-gain rule is left out here.
     scenario = _budget_scenario(tmp_path, max_rounds=40, max_minutes=4)
+    data = yaml.safe_load(scenario.read_text())
+    data["variants"]["baseline"]["args"]["--inject-delay-us"] = 30000
+    data["checks"] = [check for check in data["checks"] if check["kind"] != "explained_gain"]
+    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
     code, run_dir, run, results = _harness_run(scenario, tmp_path / "runs")
     looks = run["looks"]
     assert looks[0]["kind"] == "exact" and looks[-1]["action"] == "stop"

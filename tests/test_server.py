@@ -51,6 +51,34 @@ def test_healthy_server_starts_and_stop_kills_its_whole_group(tmp_path):
     assert "fake_server: mode healthy" in (tmp_path / "server.log").read_text()
 
 
+def test_a_signal_inside_popen_waits_until_the_server_is_known(tmp_path, monkeypatch):
+    """SIGTERM right after the fork, before Popen returns (a bisection interrupted as its server
+    starts, CI): the start ends first, so the server has a pid, is registered and is stopped."""
+    import signal
+    import subprocess
+
+    from sglang_spec_harness.run.interrupts import Terminated, signals_raise_interrupt
+
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the start
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    port = free_port()
+    server = ServerProcess(fake("healthy", port), log_path=tmp_path / "server.log", port=port, startup_timeout_s=20,
+                           stop_grace_s=1)
+    with signals_raise_interrupt():
+        with pytest.raises(Terminated):
+            server.start()
+        pid = server.pid
+        assert pid is not None and pid in live_server_pids()
+        server.stop()
+    assert process_gone(pid) and group_gone(pid)
+
+
 def test_server_that_exits_at_startup_fails_with_its_last_log_line(tmp_path):
     command = ServerCommand([sys.executable, "-c", "import sys; print('error: unrecognized arguments: --bogus'); sys.exit(2)"])
     server = ServerProcess(command, log_path=tmp_path / "server.log", port=free_port(), startup_timeout_s=20)

@@ -96,8 +96,13 @@ def _handler(signum: int, _frame: object) -> None:
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Cleanup that must run to its end: an interrupt that lands inside is raised when it ends."""
+    """Cleanup that must run to its end: an interrupt that lands inside is raised when it ends.
+    Off the main thread it does nothing: signals land in the main thread, and one deferred by
+    another thread would be raised in that thread."""
     global _deferred, _pending
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     _deferred += 1
     try:
         yield

@@ -221,7 +221,9 @@ class ServerLaunch:
                 self._update(status="failed", error=f"server {died} before the harness stopped it")
             else:
                 self._update(status="stopped")
-        self._update(stopped=now(), exit_code=code)
+        # server_pid again: an interrupt may have landed between the start and its first record
+        pid = {} if self.server.pid is None else {"server_pid": self.server.pid}
+        self._update(stopped=now(), exit_code=code, **pid)
         self._mark("stopped")
 
 

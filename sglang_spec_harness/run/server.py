@@ -337,6 +337,12 @@ class ServerProcess:
     # -- start ----------------------------------------------------------------------------------
     def start(self) -> None:
         ensure_port_free(self.host, self.port)
+        # From the log's creation to the process's registration, an interrupt waits: one landing in
+        # Popen (after the fork, before the pid is known) would leave a server nobody stops or records.
+        with interrupts_deferred():
+            self._start()
+
+    def _start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab", buffering=0)  # closed in stop()
         self._log_file.write(f"$ {self.command.shell()}\n".encode())

@@ -149,6 +149,8 @@ class TrialRunner:
         write_error: WriteError | None = None
         if launch is not None:
             outcome.server_pid = launch.server.pid
+            if launch.server.pid is not None:  # an interrupt may have landed before it was recorded
+                self.trial_json.set(server_pid=launch.server.pid)
             if self.launch is None:
                 launch.stop()
                 if launch.nsys:
