@@ -455,6 +455,8 @@ def record(cls: str, mode: str, variant: str, run: fk.HarnessProcess, inj: Injec
         "check_exit": cli.get("check", {}).get("exit"), "check_verdict": cli.get("check", {}).get("verdict"),
         "report_exit": cli.get("report", {}).get("exit"), "pass_on_damaged": pass_on_damaged,
         "damaged": damaged, "problems": problems, "survived": not problems,
+        # what a case that did not survive printed, to find where the fault landed
+        **({"stderr_tail": stderr[-4000:]} if problems else {}),
     }
 
 

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # From the start, SIGINT, SIGTERM and SIGHUP raise an exception (so cleanup runs) and end the
     # command with 128 + signal and one line.
-    from sglang_spec_harness.run.interrupts import signals_raise_interrupt
+    from sglang_spec_harness.run.interrupts import exit_code_after, signals_raise_interrupt
 
     name = "harness"
     try:
@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             parser = build_parser()
             args = parser.parse_args(argv)
             name = f"harness {args.command}"
-            return int(args._module.run(args) or 0)
+            code = int(args._module.run(args) or 0)
+            if exit_code_after(code) != code:  # interrupted inside a finalizer: it went on to the end
+                print(f"{name}: interrupted", file=sys.stderr)
+            return exit_code_after(code)
     except HarnessInputError as exc:
         print(f"{name}: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -139,6 +140,26 @@ def interrupts_allowed() -> Iterator[None]:
         _deferred = saved
 
 
+def exit_code_after(code: int) -> int:
+    """A command's exit code, or 128 + signal when an interrupt was received that the command never
+    saw: one raised inside a finalizer (`__del__`, a generator closed by the collector) cannot
+    propagate, and the command went on to its end."""
+    if _interrupted_by is not None and code < 128:
+        return 128 + _interrupted_by
+    return code
+
+
+def _make_unraisable_hook(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    def hook(unraisable: Any) -> None:
+        # An interrupt raised inside a finalizer: Python would print it as "Exception ignored in"
+        # with a traceback and go on. It is recorded: `raise_if_interrupted` raises it at the run's
+        # next check, and `exit_code_after` gives the exit code.
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and _interrupted_by is not None:
+            return
+        previous(unraisable)
+    return hook
+
+
 @contextlib.contextmanager
 def signals_raise_interrupt() -> Iterator[None]:
     """Install the handlers (main thread only; nested use is a no-op). The record starts empty."""
@@ -150,12 +171,15 @@ def signals_raise_interrupt() -> Iterator[None]:
     # A signal the harness was started to ignore stays ignored (`nohup`: SIGHUP; a background job
     # of a script: SIGINT).
     previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _make_unraisable_hook(previous_hook)
     _active += 1
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_hook
         _active -= 1
 
 
