@@ -201,6 +201,27 @@ def test_a_command_interrupted_inside_a_finalizer_exits_128_plus_signal(tmp_path
     assert done.stderr == "harness validate: interrupted\n"
 
 
+def test_ctrl_c_inside_a_pyrun_string_call_still_exits_130(tmp_path):
+    """A `python -m` process whose bare KeyboardInterrupt once escaped a PyRun_String call (Cython's
+    modules run some at import) ends by SIGINT at exit, whatever code it returns: the harness raises a
+    subclass (benchmarks/faults.py, seed 34: exit -2 after `harness run: interrupted`)."""
+    (tmp_path / "ctrl_c_in_pyrun.py").write_text(
+        "import ctypes, os, signal, sys\n"
+        "from sglang_spec_harness.commands import cli, validate\n"
+        "pyrun = ctypes.pythonapi.PyRun_String\n"
+        "pyrun.restype, pyrun.argtypes = ctypes.py_object, [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]\n"
+        "def run(args):\n"
+        "    scope = {'os': os, 'signal': signal}\n"
+        "    pyrun(b'os.kill(os.getpid(), signal.SIGINT)\\nimport time\\ntime.sleep(5)', 257, scope, scope)\n"
+        "    return 0\n"
+        "validate.run = run\n"
+        "sys.exit(cli.main(['validate', 'any.yaml']))\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "ctrl_c_in_pyrun"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, preexec_fn=default_signals_in_child)
+    assert done.returncode == 130 and done.stderr == "harness validate: interrupted\n", (done.returncode, done.stderr)
+
+
 def test_a_signal_the_harness_was_started_to_ignore_stays_ignored(terminal_signals):
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup (the fixture restores it)
     with interrupts.signals_raise_interrupt():

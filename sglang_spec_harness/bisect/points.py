@@ -18,7 +18,7 @@ from sglang_spec_harness.rundir import CheckResults, RunRecord, SweepPoint, read
 from sglang_spec_harness.run.combine import adopt_trials
 from sglang_spec_harness.run.execute import RunResult, run_scenario
 from sglang_spec_harness.run.progress import RunProgress
-from sglang_spec_harness.run.interrupts import Terminated
+from sglang_spec_harness.run.interrupts import interrupt_exception
 from sglang_spec_harness.run.plan import Selection
 from sglang_spec_harness.scenario import Scenario
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, Verdict
@@ -100,7 +100,7 @@ class PointRunner:
     def _run(self, scenario: Scenario, select: Selection, run_dir: Path) -> RunResult:
         run = run_scenario(scenario, self.scenario_path, select=select, run_dir=run_dir, progress=self.progress)
         if run.interrupted_by is not None:  # the run stopped its servers; unwind the caller too
-            raise KeyboardInterrupt if run.interrupted_by == 2 else Terminated(run.interrupted_by)
+            raise interrupt_exception(run.interrupted_by)
         return run
 
     def run_once(self, scenario: Scenario, run_dir: Path) -> RunResult:

@@ -1,7 +1,7 @@
 """Interrupts (Ctrl-C, SIGTERM, SIGHUP) during a run: raised where they land, recorded, and held back
 while cleanup that must finish runs.
 
-Inside `signals_raise_interrupt()` (main thread only) SIGINT raises KeyboardInterrupt and
+Inside `signals_raise_interrupt()` (main thread only) SIGINT raises `Interrupted` (a KeyboardInterrupt) and
 SIGTERM/SIGHUP raise `Terminated` (a KeyboardInterrupt), so every `finally` and context manager
 unwinds and stops its servers instead of the process dying with servers left behind. The first signal
 is recorded (`interrupt_received`): an interrupt can land while requests are in flight and tear their
@@ -30,12 +30,22 @@ T = TypeVar("T")
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Terminated(KeyboardInterrupt):
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C as the harness raises it. A subclass, never KeyboardInterrupt itself: a `python -m`
+    process ends by SIGINT, whatever its exit code, once a bare KeyboardInterrupt escaped any
+    PyRun_String call in its life (CPython's Py_RunMain; Cython's modules run some at import), even
+    one the harness handled (benchmarks/faults.py, seed 34: exit -2 after its "interrupted" line)."""
+
+    def __init__(self, signum: int = signal.SIGINT, message: str = ""):
+        super().__init__(*([message] if message else []))
+        self.signum = signum
+
+
+class Terminated(Interrupted):
     """The harness got SIGTERM or SIGHUP: unwind like Ctrl-C, so every cleanup path runs."""
 
     def __init__(self, signum: int):
-        super().__init__(f"terminated by {signal.Signals(signum).name}")
-        self.signum = signum
+        super().__init__(signum, f"terminated by {signal.Signals(signum).name}")
 
 
 _active = 0  # nesting depth of signals_raise_interrupt
@@ -57,7 +67,7 @@ def hurry() -> bool:
 
 
 def interrupt_exception(signum: int) -> KeyboardInterrupt:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    return Interrupted() if signum == signal.SIGINT else Terminated(signum)
 
 
 def interrupt_text(signum: int) -> str:
