@@ -35,7 +35,7 @@ from sglang_spec_harness.releases.environments import ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
 from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.run.progress import RunProgress
-from sglang_spec_harness.run.interrupts import Terminated, signals_raise_interrupt
+from sglang_spec_harness.run.interrupts import interrupt_signum, signals_raise_interrupt
 from sglang_spec_harness.run.plan import with_run_seed
 from sglang_spec_harness.scenario import require_fixed_design, Scenario, load_scenario
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, Verdict
@@ -135,7 +135,7 @@ def run_bisection(request: BisectRequest, progress: BisectProgress | None = None
             if result.steps and result.steps[-1].mark == "skip":
                 result.steps[-1].reason = f"not judged: {exc}"
         except KeyboardInterrupt as exc:
-            result.interrupted_by = exc.signum if isinstance(exc, Terminated) else 2
+            result.interrupted_by = interrupt_signum(exc)
             result.status = "interrupted"
             result.message = f"interrupted ({'Ctrl-C' if result.interrupted_by == 2 else exc})"
             if result.steps and not result.steps[-1].reason:

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # From the start, SIGINT, SIGTERM and SIGHUP raise an exception (so cleanup runs) and end the
     # command with 128 + signal and one line.
-    from sglang_spec_harness.run.interrupts import exit_code_after, signals_raise_interrupt
+    from sglang_spec_harness.run.interrupts import exit_code_after, interrupt_signum, signals_raise_interrupt
 
     name = "harness"
     try:
@@ -63,9 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
             name = f"harness {args.command}"
             code = int(args._module.run(args) or 0)
-            if exit_code_after(code) != code:  # interrupted inside a finalizer: it went on to the end
+            final = exit_code_after(code)
+            if final != code:  # interrupted inside a finalizer: it went on to the end
                 print(f"{name}: interrupted", file=sys.stderr)
-            return exit_code_after(code)
+            return final
     except HarnessInputError as exc:
         print(f"{name}: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {what}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", 2)  # sglang_spec_harness.run.interrupts.Terminated: SIGTERM, SIGHUP
+        signum = interrupt_signum(exc)
         print(f"{name}: interrupted", file=sys.stderr)
         return 128 + signum
 

@@ -37,7 +37,7 @@ from sglang_spec_harness.history.extract import read_run
 from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
 from sglang_spec_harness.run.progress import RunProgress
-from sglang_spec_harness.run.interrupts import Terminated, signals_raise_interrupt
+from sglang_spec_harness.run.interrupts import interrupt_signum, signals_raise_interrupt
 from sglang_spec_harness.run.plan import Selection, with_run_seed
 from sglang_spec_harness.rundir import SweepPoint, as_list, as_object, read_json
 from sglang_spec_harness.scenario import require_fixed_design, Scenario, load_scenario
@@ -217,7 +217,7 @@ def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> S
             sweep.save()
             sweep.run(plan.once)
         except KeyboardInterrupt as exc:
-            result.interrupted_by = exc.signum if isinstance(exc, Terminated) else 2
+            result.interrupted_by = interrupt_signum(exc)
             result.status = "interrupted"
             result.message = f"interrupted ({'Ctrl-C' if result.interrupted_by == 2 else exc})"
             for point in result.points:

@@ -70,6 +70,12 @@ def interrupt_exception(signum: int) -> KeyboardInterrupt:
     return Interrupted() if signum == signal.SIGINT else Terminated(signum)
 
 
+def interrupt_signum(exc: KeyboardInterrupt) -> int:
+    """The signal an interrupt carries (a bare KeyboardInterrupt, raised before the handlers were in
+    place, is Ctrl-C)."""
+    return getattr(exc, "signum", signal.SIGINT)
+
+
 def interrupt_text(signum: int) -> str:
     """`interrupted (Ctrl-C)` or `interrupted (terminated by SIGTERM)`: the reason a run records."""
     return "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"interrupted (terminated by {signal.Signals(signum).name})"

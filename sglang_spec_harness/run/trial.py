@@ -12,8 +12,8 @@ from typing import Literal
 
 from sglang_spec_harness.files import Reserve, WriteError, write_failed
 from sglang_spec_harness.run.interrupts import (
-    Terminated,
     interrupt_received,
+    interrupt_signum,
     interrupt_text,
     interrupts_deferred,
     raise_if_interrupted,
@@ -44,10 +44,6 @@ class TrialOutcome:
     traces: list[str] = field(default_factory=list)
     server_pid: int | None = None
     log_tail: list[str] = field(default_factory=list)
-
-
-def _interrupt_text(exc: KeyboardInterrupt) -> str:
-    return interrupt_text(exc.signum if isinstance(exc, Terminated) else 2)
 
 
 class TrialRunner:
@@ -125,7 +121,7 @@ class TrialRunner:
                 outcome.error = interrupt_text(signum)
                 raise_if_interrupted()
         except KeyboardInterrupt as exc:
-            outcome.error = _interrupt_text(exc)
+            outcome.error = interrupt_text(interrupt_signum(exc))
             raise
         except WriteError as exc:
             outcome.error = str(exc)
