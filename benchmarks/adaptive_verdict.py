@@ -38,7 +38,7 @@ from sglang_spec_harness.run.adaptive import launch_noise_dominates  # noqa: E40
 from sglang_spec_harness.run.plan import rotation  # noqa: E402
 from sglang_spec_harness.scenario import TpotGainCheck  # noqa: E402
 from sglang_spec_harness.verdict import stats  # noqa: E402
-from sglang_spec_harness.verdict.rules import look_levels  # noqa: E402
+from sglang_spec_harness.verdict.rules.tpot_gain import look_levels  # noqa: E402
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS  # noqa: E402
 
 

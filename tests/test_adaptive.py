@@ -19,7 +19,7 @@ from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.run.plan import extend, make_plan, rotation
 from sglang_spec_harness.scenario import SCENARIO_END, TpotGainCheck, load_scenario
 from sglang_spec_harness.verdict import stats
-from sglang_spec_harness.verdict.rules import look_levels
+from sglang_spec_harness.verdict.rules.tpot_gain import look_levels
 from sglang_spec_harness.verdict.stats.sequential import boundaries, nominal_levels, spent
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 

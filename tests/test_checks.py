@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from sglang_spec_harness.verdict.rules import evaluate_run, overall_verdict
 from sglang_spec_harness.commands.cli import main
 from sglang_spec_harness.rundir import load_run_dir
+from sglang_spec_harness.verdict.judge import evaluate_run
+from sglang_spec_harness.vocabulary import overall_verdict
 from support.rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
 
 rng = np.random.default_rng(7)

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from sglang_spec_harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.judge import check_run_dir
 from support.history_helpers import micro_sweep, series_run
 
 REPO = Path(__file__).resolve().parents[1]

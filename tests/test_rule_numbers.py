@@ -24,7 +24,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
     ValidityNumbers,
 )
 from sglang_spec_harness.verdict.compare import compare_runs
-from sglang_spec_harness.verdict.rules import check_run_dir, evaluate_run, write_results
+from sglang_spec_harness.verdict.judge import check_run_dir, evaluate_run, write_results
 from support.history_helpers import series_run
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -39,7 +39,7 @@ from sglang_spec_harness.rundir import (
     record_json,
     request_line,
 )
-from sglang_spec_harness.verdict.rules import evaluate_run
+from sglang_spec_harness.verdict.judge import evaluate_run
 import itertools
 
 REPO = Path(__file__).resolve().parents[1]
@@ -454,7 +454,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     assert not live_server_pids()
     # the report: blocks marked by launch, the launches next to the blocks, their logs
     from sglang_spec_harness.report import build_report
-    from sglang_spec_harness.verdict.rules import write_results
+    from sglang_spec_harness.verdict.judge import write_results
 
     write_results(run_dir, results)
     page = build_report(run_dir).html.read_text()

@@ -235,7 +235,7 @@ def test_restore_patch_with_multi_layer_eagle_is_refused_before_starting(tmp_pat
 @pytest.mark.parametrize("path", sorted((REPO / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
 def test_no_shipped_rule_cannot_fail(path):
     # A rule with every bound unset is only informational (INFO): none is shipped.
-    from sglang_spec_harness.verdict.rules import informational
+    from sglang_spec_harness.verdict.judge import informational
 
     scenario = load_scenario(path)
     assert scenario.checks

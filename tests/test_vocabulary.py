@@ -10,7 +10,7 @@ from sglang_spec_harness import vocabulary as v
 from sglang_spec_harness.pages.numbers import fmt, pct, signed_pct
 from sglang_spec_harness.scenario import Check
 from sglang_spec_harness.traces.regions import DEFAULT_SGLANG_REGIONS, RegionTable
-from sglang_spec_harness.verdict.rules import EVALUATORS
+from sglang_spec_harness.verdict.rules.registry import EVALUATORS
 
 
 def test_the_rule_kinds_are_the_scenarios_check_kinds_and_the_evaluators():

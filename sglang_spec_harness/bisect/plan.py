@@ -4,7 +4,7 @@ Which trials a rule needs (by kind):
 - `kernel_count`: a profiled pass of each variant it names; one that expects zero also the baseline's
   (the rule is INCONCLUSIVE unless the baseline shows the pattern: the analysis could be blind);
 - `output_identity`: a profiled pass of both arms: they send the same prompts, and a run without
-  timed trials compares those (`sglang_spec_harness.verdict.rules.output_source`). One server launch per step
+  timed trials compares those (`sglang_spec_harness.verdict.evidence.output_source`). One server launch per step
   then serves both the kernel counts and the outputs, where a timed part would add launches;
 - `accept_length`, `tpot_gain`: timed trials of both arms; `explained_gain`: timed and profiled.
 Rules that need only profiled passes are exact (counts, token ids): the arms that do not change
@@ -21,7 +21,7 @@ from pathlib import Path
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.run.plan import TrialKind, make_plan
 from sglang_spec_harness.scenario import Check, KernelCountCheck, Scenario
-from sglang_spec_harness.verdict.rules import expects_absence
+from sglang_spec_harness.verdict.rules.kernel_count import expects_absence
 from sglang_spec_harness.vocabulary import RuleKind
 
 Need = tuple[str, TrialKind]  # (arm, kind)

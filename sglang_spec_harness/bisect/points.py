@@ -114,7 +114,7 @@ class PointRunner:
         check the rules and write the report. A run that did not complete is INCONCLUSIVE with the
         reason it stopped."""
         from sglang_spec_harness.report import build_report
-        from sglang_spec_harness.verdict.rules import check_run_dir
+        from sglang_spec_harness.verdict.judge import check_run_dir
 
         run = self._run(scenario, select if select is not None else self.plan.each_step, run_dir)
         if self.once_run_dir is not None:
@@ -133,7 +133,7 @@ class PointRunner:
         """Judge a point from a stored run (`sglang_spec_harness.bisect.reuse`): its trials linked into `run_dir`,
         the rules of `scenario` checked, the report written; no server starts."""
         from sglang_spec_harness.report import build_report
-        from sglang_spec_harness.verdict.rules import check_run_dir
+        from sglang_spec_harness.verdict.judge import check_run_dir
 
         copy_stored_run(stored, theirs, scenario, run_dir)
         checks = check_run_dir(run_dir)

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sglang_spec_harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.judge import check_run_dir
 
     results = check_run_dir(args.run_dir, scenario_path=args.scenario)
     if args.json:

@@ -151,7 +151,7 @@ def evaluate_run_dir(run_dir: Path) -> int:
     job summary when $GITHUB_STEP_SUMMARY is set. Returns the verdict's exit code."""
     from sglang_spec_harness.commands.check import print_results
     from sglang_spec_harness.report import append_step_summary, build_report
-    from sglang_spec_harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.judge import check_run_dir
 
     results = check_run_dir(run_dir)
     print_results(results)

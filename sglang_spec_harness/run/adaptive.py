@@ -11,7 +11,7 @@ smallest gain the data could detect); otherwise the next stage adds rounds, or o
 when launch-to-launch variance is the larger part of the estimate's variance and a launch is left.
 
 Each look is recorded in run.json (`looks`), with what it saw, what it decided and why; the final
-verdict's TPOT rule uses the last look's level (sglang_spec_harness.verdict.rules), so `harness check` gives the
+verdict's TPOT rule uses the last look's level (sglang_spec_harness.verdict.rules.tpot_gain), so `harness check` gives the
 run's own answer.
 """
 
@@ -40,7 +40,7 @@ class Next:
 def exact_look(run_dir: Path, scenario: Scenario, elapsed_s: float) -> tuple[LookRecord, Next]:
     """After the profiled passes: a kernel-count rule that FAILs is certain: the run ends. Not in an
     A/A run, whose arms both run the baseline (its verdict has no kernel rules)."""
-    from sglang_spec_harness.verdict.rules import EVALUATORS
+    from sglang_spec_harness.verdict.rules.registry import EVALUATORS
 
     run = load_run_dir(run_dir)
     failed = []
@@ -63,7 +63,9 @@ def exact_look(run_dir: Path, scenario: Scenario, elapsed_s: float) -> tuple[Loo
 def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rounds: int, launches_per_arm: int,
               elapsed_s: float, per_round_s: float, launch_s: float) -> tuple[LookRecord, Next]:
     """After a stage of rounds: the TPOT rules at this look's level; stop or grow."""
-    from sglang_spec_harness.verdict.rules import EVALUATORS, informational, look_levels, tpot_rule_at
+    from sglang_spec_harness.verdict.judge import informational
+    from sglang_spec_harness.verdict.rules.registry import EVALUATORS
+    from sglang_spec_harness.verdict.rules.tpot_gain import look_levels, tpot_rule_at
 
     spec = scenario.trials
     budget = spec.budget

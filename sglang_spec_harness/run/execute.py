@@ -61,7 +61,7 @@ DEFAULT_OUT_ROOT = Path("reports/runs")
 # while the first server comes up, where the harness waits anyway (run.server.do_while_waiting): a run
 # that FAILs on its first profile would otherwise wait ~1.2 s for them. Before the first timed trial
 # at the latest (the client's CPU).
-RUN_IMPORTS = ("sglang_spec_harness.traces.analysis", "sglang_spec_harness.verdict.rules")
+RUN_IMPORTS = ("sglang_spec_harness.traces.analysis", "sglang_spec_harness.verdict.judge")
 
 
 # ---- results ------------------------------------------------------------------------------------

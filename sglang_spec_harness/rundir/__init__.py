@@ -8,8 +8,10 @@
   checks, lenient for the report and the history), `read_record`, `read_json`, `validated`, `inside`,
   and the readers' one size cap (`MAX_FILE_BYTES`) and idea of a valid number (`valid_number`)
 - `migrations`: records of older schema versions brought to the current one on load
+- `integrity`: whether a run directory is whole (`missing_pieces`)
 """
 
+from sglang_spec_harness.rundir.integrity import missing_pieces
 from sglang_spec_harness.rundir.models import (
     MAX_NUMBER,
     SCHEMA_VERSION,
@@ -71,6 +73,7 @@ __all__ = [
     "inside",
     "is_run_dir",
     "load_run_dir",
+    "missing_pieces",
     "now",
     "read_json",
     "read_record",

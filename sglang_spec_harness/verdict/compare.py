@@ -17,7 +17,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
     TpotChangeNumbers,
 )
 from sglang_spec_harness.verdict import stats
-from sglang_spec_harness.verdict.rules import outputs_by_index, region_pattern_counts, timed_values
+from sglang_spec_harness.verdict.evidence import outputs_by_index, region_pattern_counts, timed_values
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, overall_verdict
 
 

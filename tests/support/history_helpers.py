@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sglang_spec_harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.judge import check_run_dir
 from support.rundir_factory import Arm, file_facts, write_run_dir
 
 START = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)

@@ -486,7 +486,7 @@ def build_base_runs(root: Path) -> list[Path]:
     from support.rundir_factory import Arm, file_facts, write_run_dir
     from support.report_run import make_run_dir
 
-    from sglang_spec_harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.judge import check_run_dir
 
     planted = write_run_dir(
         root / "planted", Arm([10.0, 10.1, 9.9, 10.05, 10.2, 9.95], profile=[file_facts(softmax_per_replay=2)]),
