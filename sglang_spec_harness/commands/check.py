@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     return results.exit_code
 
 
-def print_results(results) -> None:  # CheckResults, imported lazily
+def print_results(results) -> None:  # ResultsRecord, imported lazily
     """The rule table and the verdict, as a person reads them at the end of a run. Informational
     rules (no bound, so they cannot fail) get their own table: they are not part of the verdict."""
     from rich.console import Console

@@ -9,20 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.files import write_json_atomic
-from sglang_spec_harness.rundir import CheckResults, RuleResult, RunDir, load_run_dir, missing_pieces
+from sglang_spec_harness.rundir import ResultsRecord, RuleResult, RunDir, load_run_dir, missing_pieces
 from sglang_spec_harness.rundir.models import ValidityResult
 from sglang_spec_harness.rundir.rule_numbers import ValidityNumbers
-from sglang_spec_harness.scenario import AcceptLengthCheck, OutputIdentityCheck
+from sglang_spec_harness.scenario import AcceptLengthRule, OutputIdentityRule
 from sglang_spec_harness.verdict.evidence import timed_values
 from sglang_spec_harness.verdict.rules.aa_noise import evaluate_aa_noise
 from sglang_spec_harness.verdict.rules.registry import EVALUATORS, OPTIONAL_BOUNDS
 from sglang_spec_harness.vocabulary import INCONCLUSIVE, INFO, overall_verdict
 
 
-def informational(check: Any) -> list[str] | None:
+def informational(rule: Any) -> list[str] | None:
     """The unset bound fields of a rule that has no bound at all (so it cannot fail), else None."""
-    fields = OPTIONAL_BOUNDS.get(check.kind)
-    if fields and all(getattr(check, f) is None for f in fields):
+    fields = OPTIONAL_BOUNDS.get(rule.kind)
+    if fields and all(getattr(rule, f) is None for f in fields):
         return list(fields)
     return None
 
@@ -37,33 +37,33 @@ def _as_information(result: RuleResult, unset: list[str]) -> RuleResult:
 def run_validity(run: RunDir) -> list[RuleResult]:
     """The rules that come before the scenario's: `run_complete` where the run did not complete,
     `run_intact` where a piece of it is missing on disk (rundir.missing_pieces); both INCONCLUSIVE."""
-    rules: list[RuleResult] = []
+    results: list[RuleResult] = []
     if not run.complete:
-        rules.append(ValidityResult(name="run_complete", description="every planned trial ran", verdict=INCONCLUSIVE,
-                                    reason=f"the run is {run.run.status}: {run.run.error or 'not every trial ran'}",
-                                    params={}, numbers=ValidityNumbers()))
+        results.append(ValidityResult(name="run_complete", description="every planned trial ran", verdict=INCONCLUSIVE,
+                                      reason=f"the run is {run.run.status}: {run.run.error or 'not every trial ran'}",
+                                      params={}, numbers=ValidityNumbers()))
     if problems := missing_pieces(run):
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        rules.append(ValidityResult(name="run_intact", description="every recorded piece of the run is on disk",
-                                    verdict=INCONCLUSIVE, reason=f"{problems[0]}{more}", params={},
-                                    numbers=ValidityNumbers(problems=problems)))
-    return rules
+        results.append(ValidityResult(name="run_intact", description="every recorded piece of the run is on disk",
+                                      verdict=INCONCLUSIVE, reason=f"{problems[0]}{more}", params={},
+                                      numbers=ValidityNumbers(problems=problems)))
+    return results
 
 
-def evaluate_run(run: RunDir) -> CheckResults:
+def evaluate_run(run: RunDir) -> ResultsRecord:
     """Every rule of the run (its validity, then the scenario's; an A/A run: aa_noise and the rules
     that hold on A/A data) and the overall verdict."""
-    rules = run_validity(run)
+    results = run_validity(run)
     if run.aa:
-        rules.append(evaluate_aa_noise(run))
-        for check in run.scenario.checks:
-            if isinstance(check, (AcceptLengthCheck, OutputIdentityCheck)):
-                rules.append(EVALUATORS[check.kind](run, check))
+        results.append(evaluate_aa_noise(run))
+        for rule in run.scenario.rules:
+            if isinstance(rule, (AcceptLengthRule, OutputIdentityRule)):
+                results.append(EVALUATORS[rule.kind](run, rule))
     else:
-        for check in run.scenario.checks:
-            result = EVALUATORS[check.kind](run, check)
-            unset = informational(check)
-            rules.append(_as_information(result, unset) if unset else result)
+        for rule in run.scenario.rules:
+            result = EVALUATORS[rule.kind](run, rule)
+            unset = informational(rule)
+            results.append(_as_information(result, unset) if unset else result)
     variants = {
         name: {
             "timed_trials": [t.name for t in run.trials_of(name, "timed")],
@@ -73,18 +73,18 @@ def evaluate_run(run: RunDir) -> CheckResults:
         }
         for name in sorted({t.variant for t in run.trials} | set(run.scenario.variants))
     }
-    verdict = overall_verdict([r.verdict for r in rules])
-    return CheckResults(scenario=run.scenario.name, run_dir=str(run.path), aa=run.aa, run_status=run.run.status,
-                        verdict=verdict, exit_code=verdict.exit_code, variants=variants, rules=rules)
+    verdict = overall_verdict([r.verdict for r in results])
+    return ResultsRecord(scenario=run.scenario.name, run_dir=str(run.path), aa=run.aa, run_status=run.run.status,
+                         verdict=verdict, exit_code=verdict.exit_code, variants=variants, rules=results)
 
 
-def write_results(run_dir: Path, results: CheckResults) -> Path:
+def write_results(run_dir: Path, results: ResultsRecord) -> Path:
     path = Path(run_dir) / "results.json"
     write_json_atomic(path, results.model_dump())
     return path
 
 
-def check_run_dir(run_dir: str | Path, *, scenario_path: str | Path | None = None) -> CheckResults:
+def check_run_dir(run_dir: str | Path, *, scenario_path: str | Path | None = None) -> ResultsRecord:
     """Evaluate a stored run (optionally under another scenario's rules) and write results.json."""
     run = load_run_dir(run_dir, scenario_path=scenario_path)
     results = evaluate_run(run)

@@ -9,7 +9,7 @@ from typing import Any
 from sglang_spec_harness.rundir import RunDir
 from sglang_spec_harness.rundir.models import AaNoiseResult
 from sglang_spec_harness.rundir.rule_numbers import AaNoiseNumbers, GainDecisionNumbers, NoiseFloorNumbers, TpotData
-from sglang_spec_harness.scenario import TpotGainCheck
+from sglang_spec_harness.scenario import TpotGainRule
 from sglang_spec_harness.verdict import stats
 from sglang_spec_harness.verdict.evidence import timed_pairs
 from sglang_spec_harness.verdict.rules.result import rule_params
@@ -19,29 +19,29 @@ from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, Verdict
 
 def evaluate_aa_noise(run: RunDir) -> AaNoiseResult:
     """A/A: both arms run the same variant. Any PASS or FAIL of the TPOT rule is a false verdict."""
-    tpot_rules = [c for c in run.scenario.checks if isinstance(c, TpotGainCheck)]
+    tpot_rules = [c for c in run.scenario.rules if isinstance(c, TpotGainRule)]
     min_gain = tpot_rules[0].min_gain if tpot_rules else 0.01
-    check = TpotGainCheck(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
-                          description="A/A: the TPOT rule on two arms of the same variant",
-                          **({"alpha": tpot_rules[0].alpha, "confidence": tpot_rules[0].confidence} if tpot_rules else {}))
+    rule = TpotGainRule(name="aa_noise_floor", kind="tpot_gain", min_gain=min_gain,
+                        description="A/A: the TPOT rule on two arms of the same variant",
+                        **({"alpha": tpot_rules[0].alpha, "confidence": tpot_rules[0].confidence} if tpot_rules else {}))
     # An adaptive run claims at its last look's level: the A/A answer is the one its looks gave.
-    adaptive = at_last_look(run, check)
+    adaptive = at_last_look(run, rule)
     if adaptive is not None:
-        check = adaptive[0]
-    result = _aa_noise_at(run, check)
+        rule = adaptive[0]
+    result = _aa_noise_at(run, rule)
     if adaptive is not None:
-        result.reason = f"look {adaptive[1].looks} of an adaptive run, nominal alpha {check.alpha:.4f}: {result.reason}"
+        result.reason = f"look {adaptive[1].looks} of an adaptive run, nominal alpha {rule.alpha:.4f}: {result.reason}"
     return result
 
 
-def _aa_noise_at(run: RunDir, check: TpotGainCheck) -> AaNoiseResult:
-    """The A/A rule with its claims at `check`'s level."""
-    min_gain = check.min_gain
-    decision, data = tpot_decision(run, "baseline", "candidate", min_gain=min_gain, alpha=check.alpha,
-                                   confidence=check.confidence)
+def _aa_noise_at(run: RunDir, rule: TpotGainRule) -> AaNoiseResult:
+    """The A/A rule with its claims at `rule`'s level."""
+    min_gain = rule.min_gain
+    decision, data = tpot_decision(run, "baseline", "candidate", min_gain=min_gain, alpha=rule.alpha,
+                                   confidence=rule.confidence)
     a, b = data.baseline_ms, data.candidate_ms
     if data.nested is not None:
-        return _aa_nested(check, decision, data)
+        return _aa_nested(rule, decision, data)
     if data.paired:
         pairs = timed_pairs(run, "baseline", "candidate", "median_tpot_ms")
         floor = stats.noise_floor(pairs.baseline, pairs.candidate, min_gain=min_gain, paired=True)
@@ -53,8 +53,8 @@ def _aa_noise_at(run: RunDir, check: TpotGainCheck) -> AaNoiseResult:
                              pair_ratios=data.pair_ratios)
 
     def result(verdict: Verdict, reason: str) -> AaNoiseResult:
-        return AaNoiseResult(name=check.name, description=check.description, verdict=verdict, reason=reason,
-                             params=rule_params(check), numbers=numbers)
+        return AaNoiseResult(name=rule.name, description=rule.description, verdict=verdict, reason=reason,
+                             params=rule_params(rule), numbers=numbers)
 
     # With min_gain > 0, "gain below min_gain" is the right answer on A/A data; only a PASS or a
     # "slower" FAIL is false.
@@ -65,20 +65,20 @@ def _aa_noise_at(run: RunDir, check: TpotGainCheck) -> AaNoiseResult:
     return result(PASS, _aa_summary(noise, min_gain, data.pairs if data.paired else len(a)))
 
 
-def _aa_nested(check: TpotGainCheck, decision: Any, data: TpotData) -> AaNoiseResult:
+def _aa_nested(rule: TpotGainRule, decision: Any, data: TpotData) -> AaNoiseResult:
     """A/A in a warm mode: the nested model's verdict must be neither PASS nor FAIL "slower"; the
     spreads it found (launch to launch, block to block) and the smallest detectable gain are the
     noise floor."""
     fit = data.nested
     assert fit is not None
     numbers = AaNoiseNumbers(a_ms=data.baseline_ms, b_ms=data.candidate_ms,
-                             decision=GainDecisionNumbers.model_validate(decision.to_dict()), min_gain=check.min_gain,
+                             decision=GainDecisionNumbers.model_validate(decision.to_dict()), min_gain=rule.min_gain,
                              mode=data.mode, nested=fit, blocks=data.blocks, pairs=data.pairs,
                              pair_ratios=data.pair_ratios, paired=False)
 
     def result(verdict: Verdict, reason: str) -> AaNoiseResult:
-        return AaNoiseResult(name=check.name, description=check.description, verdict=verdict, reason=reason,
-                             params=rule_params(check), numbers=numbers)
+        return AaNoiseResult(name=rule.name, description=rule.description, verdict=verdict, reason=reason,
+                             params=rule_params(rule), numbers=numbers)
 
     if decision.verdict == PASS or decision.fail_kind == "slower":
         return result(FAIL, f"false {decision.verdict} on A/A data: {decision.reason}")

@@ -9,7 +9,7 @@ import numpy as np
 from sglang_spec_harness.rundir import Precondition, RunDir
 from sglang_spec_harness.rundir.models import ExplainedGainResult
 from sglang_spec_harness.rundir.rule_numbers import ExplainedGainNumbers, RegionSaving
-from sglang_spec_harness.scenario import ExplainedGainCheck
+from sglang_spec_harness.scenario import ExplainedGainRule
 from sglang_spec_harness.verdict.evidence import (
     RegionTimes,
     pattern_time_per_cycle,
@@ -63,16 +63,16 @@ def _per_cycle_normalized(base: RegionTimes, cand: RegionTimes, regions: list[st
     return out
 
 
-def _explained_preconditions(check: ExplainedGainCheck, base_t: list[float], cand_t: list[float],
+def _explained_preconditions(rule: ExplainedGainRule, base_t: list[float], cand_t: list[float],
                              accept: list[float], base: RegionTimes, cand: RegionTimes) -> list[Precondition]:
     """What the explained gain relies on: timed trials, an accept length, and profiles with the
     rule's regions timed the same way in both variants."""
-    reference = [check.reference_region] if check.reference_region else []
+    reference = [rule.reference_region] if rule.reference_region else []
     preconditions = [
         Precondition("timed trials in both variants", bool(base_t) and bool(cand_t), f"{len(base_t)} and {len(cand_t)}"),
-        Precondition(f"{check.baseline}: accept length", bool(accept), "needed to turn time per cycle into time per token"),
+        Precondition(f"{rule.baseline}: accept length", bool(accept), "needed to turn time per cycle into time per token"),
     ]
-    for name, times in ((check.baseline, base), (check.candidate, cand)):
+    for name, times in ((rule.baseline, base), (rule.candidate, cand)):
         preconditions += [
             Precondition(f"{name}: profiled traces with region times", times.files > 0 and not times.files_without_times,
                          f"{times.files} rank-0 trace analyses, {times.files_without_times} without region times "
@@ -80,7 +80,7 @@ def _explained_preconditions(check: ExplainedGainCheck, base_t: list[float], can
             Precondition(f"{name}: cycles in the profile", times.cycles > 0,
                          f"{times.cycles} target verifies (one per EAGLE cycle)"),
             Precondition(f"{name}: every region of the rule in the profile", not times.missing,
-                         f"missing: {', '.join(times.missing)}" if times.missing else f"{', '.join(check.regions + reference)}"),
+                         f"missing: {', '.join(times.missing)}" if times.missing else f"{', '.join(rule.regions + reference)}"),
         ]
         if reference and not times.missing:
             preconditions.append(Precondition(f"{name}: reference region {reference[0]} took time",
@@ -91,7 +91,7 @@ def _explained_preconditions(check: ExplainedGainCheck, base_t: list[float], can
     return preconditions
 
 
-def _region_savings(check: ExplainedGainCheck, base: RegionTimes, cand: RegionTimes
+def _region_savings(rule: ExplainedGainRule, base: RegionTimes, cand: RegionTimes
                     ) -> tuple[dict[str, RegionSaving], float, bool]:
     """Per region of the rule, the time per cycle in both variants and the saving, with the
     candidate's times on the baseline's scale; and that scale, and whether it was cycle by cycle.
@@ -100,9 +100,9 @@ def _region_savings(check: ExplainedGainCheck, base: RegionTimes, cand: RegionTi
     clocks) during the two profiled trials. Where the traces have spans, cycle by cycle: a CPU's
     speed moves within a trial too (by 10-20% over half a second on a shared VM), and the regions
     of one cycle share it."""
-    reference = check.reference_region
+    reference = rule.reference_region
     scale = base.per_cycle_us[reference] / cand.per_cycle_us[reference] if reference else 1.0
-    wanted = list(dict.fromkeys(check.regions))
+    wanted = list(dict.fromkeys(rule.regions))
     normalized = _per_cycle_normalized(base, cand, wanted, reference) if reference else None
     pairs = normalized or {r: (base.per_cycle_us[r], cand.per_cycle_us[r] * scale) for r in wanted}
     regions = {r: RegionSaving(baseline_us_per_cycle=b, candidate_us_per_cycle=c, saving_us_per_cycle=b - c)
@@ -110,29 +110,29 @@ def _region_savings(check: ExplainedGainCheck, base: RegionTimes, cand: RegionTi
     return regions, scale, normalized is not None
 
 
-def _explained_summary(check: ExplainedGainCheck, n: ExplainedGainNumbers) -> str:
+def _explained_summary(rule: ExplainedGainRule, n: ExplainedGainNumbers) -> str:
     """What was measured and predicted, in one line (the start of the rule's reason)."""
     assert n.measured_saving_ms is not None and n.predicted_saving_ms is not None and n.regions is not None
     per_region = ", ".join(f"{r} {v.saving_us_per_cycle:+.1f}" for r, v in n.regions.items())
     removed = n.pattern_removed_us_per_cycle
-    of_pattern = f"; {check.pattern} alone {removed:.1f} us" if removed is not None else ""
+    of_pattern = f"; {rule.pattern} alone {removed:.1f} us" if removed is not None else ""
     if n.scaled == "per_cycle":
-        scaled = (f"; both scaled cycle by cycle by {check.reference_region} "
+        scaled = (f"; both scaled cycle by cycle by {rule.reference_region} "
                   f"(the candidate's trial x{n.candidate_scale:.3f} on the whole)")
     else:
-        scaled = f"; candidate scaled x{n.candidate_scale:.3f} by {check.reference_region}" if n.scaled else ""
+        scaled = f"; candidate scaled x{n.candidate_scale:.3f} by {rule.reference_region}" if n.scaled else ""
     return (f"measured TPOT saving {n.measured_saving_ms * 1000:.1f} us/token; the profiles predict "
             f"{n.predicted_saving_ms * 1000:.1f} us/token ({n.saving_us_per_cycle:.1f} us less per cycle in the "
             f"regions [{per_region}]{of_pattern}{scaled} / {n.tokens_per_cycle:.2f} tokens)")
 
 
-def _explained_verdict(check: ExplainedGainCheck, n: ExplainedGainNumbers,
+def _explained_verdict(rule: ExplainedGainRule, n: ExplainedGainNumbers,
                        preconditions: list[Precondition]) -> ExplainedGainResult:
     """The equivalence test on measured/predicted against the rule's bounds."""
-    summary = _explained_summary(check, n)
+    summary = _explained_summary(rule, n)
 
     def result(verdict: Verdict, reason: str) -> ExplainedGainResult:
-        return rule_result(ExplainedGainResult, check, verdict, reason, n, preconditions)
+        return rule_result(ExplainedGainResult, rule, verdict, reason, n, preconditions)
 
     if n.predicted_saving_ms is None or n.predicted_saving_ms <= 0:
         return result(INCONCLUSIVE, f"{summary}: the regions are not faster in the candidate, so there is "
@@ -140,8 +140,8 @@ def _explained_verdict(check: ExplainedGainCheck, n: ExplainedGainNumbers,
     assert n.ratio is not None and n.ratio_ci is not None  # predicted > 0
     ratio_lo, ratio_hi = n.ratio_ci
     assert ratio_lo is not None and ratio_hi is not None
-    summary += f"; ratio {n.ratio:.2f} [{ratio_lo:.2f}, {ratio_hi:.2f}] ({check.confidence:.0%})"
-    low, high = check.min_ratio, check.max_ratio
+    summary += f"; ratio {n.ratio:.2f} [{ratio_lo:.2f}, {ratio_hi:.2f}] ({rule.confidence:.0%})"
+    low, high = rule.min_ratio, rule.max_ratio
     if low is not None and ratio_hi < low:
         return result(FAIL, f"{summary} < {low}: the profiles' saving does not reach TPOT")
     if high is not None and ratio_lo > high:
@@ -152,7 +152,7 @@ def _explained_verdict(check: ExplainedGainCheck, n: ExplainedGainNumbers,
     return result(INCONCLUSIVE, f"{summary}: the interval straddles {bounds}; more repetitions narrow it")
 
 
-def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> ExplainedGainResult:
+def evaluate_explained_gain(run: RunDir, rule: ExplainedGainRule) -> ExplainedGainResult:
     """Does the TPOT saving match what the profiles show changed in the regions of the change?
 
     Prediction: the drop in the regions' time per EAGLE cycle, baseline minus candidate (whatever
@@ -163,41 +163,41 @@ def evaluate_explained_gain(run: RunDir, check: ExplainedGainCheck) -> Explained
     when the TPOT rule would pair). The verdict is an equivalence test on measured/predicted:
     PASS when its whole interval lies inside the bounds, FAIL when it lies outside, else
     INCONCLUSIVE. The prediction is taken as exact: its noise is what the bounds' width absorbs."""
-    base_t = timed_values(run, check.baseline, "median_tpot_ms")
-    cand_t = timed_values(run, check.candidate, "median_tpot_ms")
-    accept = timed_values(run, check.baseline, "accept_length")
-    reference = [check.reference_region] if check.reference_region else []
-    base = region_times_per_cycle(run, check.baseline, [*check.regions, *reference])
-    cand = region_times_per_cycle(run, check.candidate, [*check.regions, *reference])
-    preconditions = _explained_preconditions(check, base_t, cand_t, accept, base, cand)
+    base_t = timed_values(run, rule.baseline, "median_tpot_ms")
+    cand_t = timed_values(run, rule.candidate, "median_tpot_ms")
+    accept = timed_values(run, rule.baseline, "accept_length")
+    reference = [rule.reference_region] if rule.reference_region else []
+    base = region_times_per_cycle(run, rule.baseline, [*rule.regions, *reference])
+    cand = region_times_per_cycle(run, rule.candidate, [*rule.regions, *reference])
+    preconditions = _explained_preconditions(rule, base_t, cand_t, accept, base, cand)
     blocked = failed_preconditions(preconditions)
     if blocked:
-        return rule_result(ExplainedGainResult, check, INCONCLUSIVE, blocked, ExplainedGainNumbers(), preconditions)
-    decision, _ = tpot_decision(run, check.baseline, check.candidate, min_gain=0.0, confidence=check.confidence)
+        return rule_result(ExplainedGainResult, rule, INCONCLUSIVE, blocked, ExplainedGainNumbers(), preconditions)
+    decision, _ = tpot_decision(run, rule.baseline, rule.candidate, min_gain=0.0, confidence=rule.confidence)
     est = decision.estimate
     interval_ok = est.ratio is not None and est.ci_low is not None and est.ci_high is not None and est.reliable
     preconditions.append(Precondition("TPOT ratio with an interval", interval_ok,
                                       est.reason or f"{est.method}: {est.ratio} [{est.ci_low}, {est.ci_high}]"))
     if not interval_ok:
-        return rule_result(ExplainedGainResult, check, INCONCLUSIVE, failed_preconditions(preconditions) or "no TPOT interval",
+        return rule_result(ExplainedGainResult, rule, INCONCLUSIVE, failed_preconditions(preconditions) or "no TPOT interval",
                            ExplainedGainNumbers(), preconditions)
     base_tpot = float(np.median(base_t))
     measured, measured_lo, measured_hi = (base_tpot * (1 - r) for r in (est.ratio, est.ci_high, est.ci_low))
     tokens_per_cycle = float(np.median(accept))
-    regions, scale, per_cycle = _region_savings(check, base, cand)
+    regions, scale, per_cycle = _region_savings(rule, base, cand)
     saving_us = sum(r.saving_us_per_cycle for r in regions.values())
     predicted = saving_us / tokens_per_cycle / 1000.0
     ratio, ratio_lo, ratio_hi = ((m / predicted if predicted > 0 else None) for m in (measured, measured_lo, measured_hi))
-    base_pattern = pattern_time_per_cycle(run, check.baseline, check.pattern, check.regions)
-    cand_pattern = pattern_time_per_cycle(run, check.candidate, check.pattern, check.regions)
+    base_pattern = pattern_time_per_cycle(run, rule.baseline, rule.pattern, rule.regions)
+    cand_pattern = pattern_time_per_cycle(run, rule.candidate, rule.pattern, rule.regions)
     pattern_removed = (base_pattern - cand_pattern) if base_pattern is not None and cand_pattern is not None else None
     numbers = ExplainedGainNumbers(
         measured_saving_ms=measured, measured_ci_ms=[measured_lo, measured_hi], predicted_saving_ms=predicted,
-        ratio=ratio, ratio_ci=[ratio_lo, ratio_hi], confidence=check.confidence, paired=est.method,
+        ratio=ratio, ratio_ci=[ratio_lo, ratio_hi], confidence=rule.confidence, paired=est.method,
         saving_us_per_cycle=saving_us, tokens_per_cycle=tokens_per_cycle, regions=regions,
         pattern_removed_us_per_cycle=pattern_removed, basis=sorted(base.basis | cand.basis),
         profiled_cycles={"baseline": base.cycles, "candidate": cand.cycles},
-        reference_region=check.reference_region, candidate_scale=scale,
+        reference_region=rule.reference_region, candidate_scale=scale,
         scaled=("per_cycle" if per_cycle else "per_trial") if reference else None,
-        min_ratio=check.min_ratio, max_ratio=check.max_ratio)
-    return _explained_verdict(check, numbers, preconditions)
+        min_ratio=rule.min_ratio, max_ratio=rule.max_ratio)
+    return _explained_verdict(rule, numbers, preconditions)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sglang_spec_harness.rundir import Precondition, RunDir
 from sglang_spec_harness.rundir.models import OutputIdentityResult
 from sglang_spec_harness.rundir.rule_numbers import FirstDifference, OutputIdentityNumbers
-from sglang_spec_harness.scenario import OutputIdentityCheck
+from sglang_spec_harness.scenario import OutputIdentityRule
 from sglang_spec_harness.verdict.evidence import output_source, outputs_by_index
 from sglang_spec_harness.verdict.rules.result import failed_preconditions, rule_result
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
@@ -19,21 +19,21 @@ def _first_difference(a: list[int], b: list[int]) -> int:
     return min(len(a), len(b))
 
 
-def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> OutputIdentityResult:
-    source = output_source(run, check.baseline, check.candidate)
-    base_trials = run.trials_of(check.baseline, source)
-    cand_trials = run.trials_of(check.candidate, source)
+def evaluate_output_identity(run: RunDir, rule: OutputIdentityRule) -> OutputIdentityResult:
+    source = output_source(run, rule.baseline, rule.candidate)
+    base_trials = run.trials_of(rule.baseline, source)
+    cand_trials = run.trials_of(rule.candidate, source)
     how = "" if source == "timed" else " (the run planned no timed trials of both arms)"
     preconditions = [
         Precondition("greedy decoding", run.scenario.workload.temperature == 0,
                      f"temperature {run.scenario.workload.temperature}: sampled outputs are not comparable"),
-        Precondition(f"{check.baseline}: {source} trials", bool(base_trials), f"{len(base_trials)} completed{how}"),
-        Precondition(f"{check.candidate}: {source} trials", bool(cand_trials), f"{len(cand_trials)} completed{how}"),
+        Precondition(f"{rule.baseline}: {source} trials", bool(base_trials), f"{len(base_trials)} completed{how}"),
+        Precondition(f"{rule.candidate}: {source} trials", bool(cand_trials), f"{len(cand_trials)} completed{how}"),
     ]
     numbers = OutputIdentityNumbers(compared=0, identical=0, fraction=None, first_difference=None, source=source)
     blocked = failed_preconditions(preconditions)
     if blocked:
-        return rule_result(OutputIdentityResult, check, INCONCLUSIVE, blocked, numbers, preconditions)
+        return rule_result(OutputIdentityResult, rule, INCONCLUSIVE, blocked, numbers, preconditions)
     # The reference output of each prompt: its first baseline trial (in the warm modes each block has
     # its own prompts, so the reference gathers every baseline trial).
     reference: dict[int, list[int]] = {}
@@ -66,13 +66,13 @@ def evaluate_output_identity(run: RunDir, check: OutputIdentityCheck) -> OutputI
     numbers = numbers.updated(compared=compared, identical=identical, fraction=fraction, first_difference=first,
                               baseline_self_differences=self_differences)
     if fraction is None:
-        return rule_result(OutputIdentityResult, check, INCONCLUSIVE, "no request completed in both variants: nothing to compare",
+        return rule_result(OutputIdentityResult, rule, INCONCLUSIVE, "no request completed in both variants: nothing to compare",
                            numbers, preconditions)
-    if fraction < check.min_fraction:
+    if fraction < rule.min_fraction:
         where = (f"; first: request {first.request_index} token {first.position} "
                  f"({first.baseline_token} vs {first.candidate_token})") if first else ""
         nondet = (f"; note: the baseline differs from itself in {self_differences} request(s)"
                   if self_differences else "")
-        return rule_result(OutputIdentityResult, check, FAIL, f"{identical}/{compared} outputs identical ({fraction:.1%} < "
-                           f"{check.min_fraction:.1%}){where}{nondet}", numbers, preconditions)
-    return rule_result(OutputIdentityResult, check, PASS, f"{identical}/{compared} greedy outputs identical", numbers, preconditions)
+        return rule_result(OutputIdentityResult, rule, FAIL, f"{identical}/{compared} outputs identical ({fraction:.1%} < "
+                           f"{rule.min_fraction:.1%}){where}{nondet}", numbers, preconditions)
+    return rule_result(OutputIdentityResult, rule, PASS, f"{identical}/{compared} greedy outputs identical", numbers, preconditions)

@@ -11,17 +11,17 @@ from sglang_spec_harness.rundir.rule_numbers import Numbers
 from sglang_spec_harness.vocabulary import Verdict
 
 
-def rule_params(check: Any) -> dict[str, Any]:
-    return check.model_dump(mode="json", exclude={"name", "kind", "description"})
+def rule_params(rule: Any) -> dict[str, Any]:
+    return rule.model_dump(mode="json", exclude={"name", "kind", "description"})
 
 
 R = TypeVar("R", bound=RuleResultBase)
 
 
-def rule_result(cls: type[R], check: Any, verdict: Verdict, reason: str, numbers: Numbers,
+def rule_result(cls: type[R], rule: Any, verdict: Verdict, reason: str, numbers: Numbers,
                 preconditions: list[Precondition] | None = None) -> R:
-    return cls(name=check.name, kind=cls.model_fields["kind"].default, description=check.description, verdict=verdict,
-               reason=reason, params=rule_params(check), numbers=numbers, preconditions=preconditions or [])
+    return cls(name=rule.name, kind=cls.model_fields["kind"].default, description=rule.description, verdict=verdict,
+               reason=reason, params=rule_params(rule), numbers=numbers, preconditions=preconditions or [])
 
 
 def failed_preconditions(preconditions: list[Precondition]) -> str | None:

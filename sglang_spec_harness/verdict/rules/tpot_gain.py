@@ -12,7 +12,7 @@ from typing import Any
 from sglang_spec_harness.rundir import Precondition, RunDir
 from sglang_spec_harness.rundir.models import TpotGainResult
 from sglang_spec_harness.rundir.rule_numbers import SequentialNumbers, TimedBlock, TpotData, TpotGainNumbers
-from sglang_spec_harness.scenario import TpotGainCheck
+from sglang_spec_harness.scenario import TpotGainRule
 from sglang_spec_harness.verdict import stats
 from sglang_spec_harness.verdict.evidence import timed_blocks, timed_pairs, timed_values
 from sglang_spec_harness.verdict.rules.result import rule_result
@@ -84,20 +84,20 @@ def _with_reason(decision: Any, reason: str) -> Any:
     return dataclasses.replace(decision, reason=reason)
 
 
-def look_levels(check: TpotGainCheck, fractions: list[float], spending: str) -> list[tuple[float, float]]:
+def look_levels(rule: TpotGainRule, fractions: list[float], spending: str) -> list[tuple[float, float]]:
     """(alpha, confidence) of the TPOT rule at each look of an adaptive run: each direction's claim
     (PASS, FAIL) at the one-sided nominal level of Lan-DeMets spending of alpha/2 (stats.sequential),
     and the interval at the matching two-sided confidence."""
-    levels = stats.nominal_levels(fractions, check.alpha / 2, spending)  # type: ignore[arg-type]
+    levels = stats.nominal_levels(fractions, rule.alpha / 2, spending)  # type: ignore[arg-type]
     return [(2 * p, 1 - 2 * p) if p > 0 else (1e-12, 1 - 1e-12) for p in levels]
 
 
-def tpot_rule_at(run: RunDir, check: TpotGainCheck, alpha: float) -> TpotGainResult:
+def tpot_rule_at(run: RunDir, rule: TpotGainRule, alpha: float) -> TpotGainResult:
     """The TPOT rule with its claims made at `alpha` (a look's level) and the interval to match."""
-    return evaluate_tpot_gain(run, check.model_copy(update={"alpha": alpha, "confidence": 1 - alpha}), sequential=False)
+    return evaluate_tpot_gain(run, rule.model_copy(update={"alpha": alpha, "confidence": 1 - alpha}), sequential=False)
 
 
-def at_last_look(run: RunDir, check: TpotGainCheck) -> tuple[TpotGainCheck, SequentialNumbers] | None:
+def at_last_look(run: RunDir, rule: TpotGainRule) -> tuple[TpotGainRule, SequentialNumbers] | None:
     """An adaptive run's TPOT rule at its last look's level, with the looks for the report; None for
     a fixed design. The fractions come from run.json, so `harness check` recomputes the same level."""
     looks = [look for look in run.run.looks or [] if look.kind == "tpot" and look.fraction is not None]
@@ -105,32 +105,32 @@ def at_last_look(run: RunDir, check: TpotGainCheck) -> tuple[TpotGainCheck, Sequ
     if not looks or budget is None:
         return None
     fractions = [look.fraction for look in looks if look.fraction is not None]
-    levels = look_levels(check, fractions, budget.spending)
+    levels = look_levels(rule, fractions, budget.spending)
     alpha, confidence = levels[-1]
     info = SequentialNumbers(looks=len(looks), spending=budget.spending, fractions=fractions,
-                             nominal_alphas=[a for a, _ in levels], alpha_overall=check.alpha)
-    return check.model_copy(update={"alpha": alpha, "confidence": confidence}), info
+                             nominal_alphas=[a for a, _ in levels], alpha_overall=rule.alpha)
+    return rule.model_copy(update={"alpha": alpha, "confidence": confidence}), info
 
 
-def evaluate_tpot_gain(run: RunDir, check: TpotGainCheck, *, sequential: bool = True) -> TpotGainResult:
-    adaptive = at_last_look(run, check) if sequential else None
+def evaluate_tpot_gain(run: RunDir, rule: TpotGainRule, *, sequential: bool = True) -> TpotGainResult:
+    adaptive = at_last_look(run, rule) if sequential else None
     if adaptive is not None:
-        check, info = adaptive
-    decision, data = tpot_decision(run, check.baseline, check.candidate, min_gain=check.min_gain,
-                                   confidence=check.confidence, alpha=check.alpha,
-                                   resamples=check.resamples, seed=check.seed)
+        rule, info = adaptive
+    decision, data = tpot_decision(run, rule.baseline, rule.candidate, min_gain=rule.min_gain,
+                                   confidence=rule.confidence, alpha=rule.alpha,
+                                   resamples=rule.resamples, seed=rule.seed)
     if adaptive is not None:
         decision = _with_reason(decision, f"look {info.looks} of an adaptive run, nominal alpha "
-                                          f"{check.alpha:.4f} ({info.spending} spending of {info.alpha_overall}): "
+                                          f"{rule.alpha:.4f} ({info.spending} spending of {info.alpha_overall}): "
                                           f"{decision.reason}")
     est = decision.estimate
     numbers = TpotGainNumbers.model_validate({
         **data.model_dump(), **({"sequential": info} if adaptive is not None else {}),
         "ratio": est.ratio, "ci_low": est.ci_low,
         "ci_high": est.ci_high, "confidence": est.confidence, "gain": decision.gain, "p_value": decision.p_value,
-        "min_gain": check.min_gain, "min_detectable_gain": decision.mde,
+        "min_gain": rule.min_gain, "min_detectable_gain": decision.mde,
         "gain_needed_to_pass": decision.gain_needed_to_pass, "fail_kind": decision.fail_kind,
         "reliable": est.reliable, "method": est.method, "statistic": est.statistic,
     })
-    preconditions = _tpot_preconditions(run, data, check.baseline, check.candidate)
-    return rule_result(TpotGainResult, check, decision.verdict, decision.reason, numbers, preconditions)
+    preconditions = _tpot_preconditions(run, data, rule.baseline, rule.candidate)
+    return rule_result(TpotGainResult, rule, decision.verdict, decision.reason, numbers, preconditions)

@@ -1,4 +1,4 @@
-"""The checks on stored run directories with planted facts: fail closed, exact reasons."""
+"""The rules on stored run directories with planted facts: fail closed, exact reasons."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ def test_explained_gain_compares_measured_and_predicted_saving(tmp_path):
 
 def _with_explained_bounds(**bounds):
     scenario = json.loads(json.dumps(SCENARIO))
-    next(c for c in scenario["checks"] if c["kind"] == "explained_gain").update(bounds)
+    next(c for c in scenario["rules"] if c["kind"] == "explained_gain").update(bounds)
     return scenario
 
 
