@@ -40,7 +40,7 @@ def current_module_name(name: str) -> str:
 
 # Top-level scenario keys renamed since: the old name -> the current one. A scenario (or a stored run's)
 # that says the old name reads as if it said the new one.
-LEGACY_KEYS = {"checks": "rules"}  # 0.2.0: one word, rule, for what a scenario declares
+LEGACY_KEYS = {"checks": "rules"}  # one word, rule, for what a scenario declares (run directories: version 3)
 
 
 def with_current_keys(data: dict[str, Any]) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def test_errors_name_file_line_and_field(tmp_path, extra, expected):
 
 
 def test_a_scenario_that_says_checks_reads_as_rules(tmp_path):
-    """`checks:`, the old name of `rules:` (before 0.2.0): the same scenario, its errors named and
+    """`checks:`, the old name of `rules:`: the same scenario, its errors named and
     located as the file writes them; both names in one file is one line."""
     rule = "  - {name: c, kind: tpot_gain, min_gain: 0.02}\n"
     old, new = (load_scenario(write(tmp_path, MINIMAL + f"{key}:\n{rule}")) for key in ("checks", "rules"))
