@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglang_spec_harness.traces import analyze_traces
-from sglang_spec_harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.judge import check_run_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUMMARY = json.loads((FIXTURES / "micro_cuda_summary.json").read_text())
