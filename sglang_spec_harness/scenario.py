@@ -406,8 +406,21 @@ class ExplainedGainRule(_Comparison):
 
 
 # A rule a scenario declares (`rules:`), by its kind.
+class OutputValidityRule(_Rule):
+    """Every returned token id inside the vocabulary and not one of its padding ids, and the text
+    decoded: judged per variant, with no baseline (a server that returns garbage fails on its own)."""
+
+    kind: Literal["output_validity"]
+    variants: list[str] | None = Field(None, min_length=1, description="default: every variant")
+    max_invalid_fraction: float = Field(0.0, ge=0, lt=1, description="of a variant's returned tokens")
+    vocab_size: int | None = Field(
+        None, ge=1, description="ids must be below it (default: what the run recorded of the served model)")
+    tokenizer_size: int | None = Field(
+        None, ge=1, description="ids from it up to vocab_size are padding (default: what the run recorded)")
+
+
 Rule = Annotated[
-    KernelCountRule | AcceptLengthRule | OutputIdentityRule | TpotGainRule | ExplainedGainRule,
+    KernelCountRule | AcceptLengthRule | OutputIdentityRule | TpotGainRule | ExplainedGainRule | OutputValidityRule,
     Field(discriminator="kind"),
 ]
 

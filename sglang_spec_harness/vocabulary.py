@@ -75,6 +75,7 @@ class RuleKind(StrEnum):
     OUTPUT_IDENTITY = "output_identity"
     TPOT_GAIN = "tpot_gain"
     EXPLAINED_GAIN = "explained_gain"
+    OUTPUT_VALIDITY = "output_validity"
     AA_NOISE = "aa_noise"
 
 

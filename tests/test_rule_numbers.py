@@ -26,6 +26,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
 from sglang_spec_harness.verdict.compare import compare_runs
 from sglang_spec_harness.verdict.judge import check_run_dir, evaluate_run, write_results
 from support.history_helpers import series_run
+from support.rundir_factory import Arm, write_run_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -50,8 +51,11 @@ def test_every_kind_round_trips_with_its_typed_numbers(tmp_path):
     aa = series_run(tmp_path, 2, base_tpot=20.0, cand_tpot=20.0, aa=True, seed=1)
     run = json.loads((planted / "run.json").read_text())
     (planted / "run.json").write_text(json.dumps({**run, "status": "incomplete", "error": "stopped"}))
+    vocab = {"vocab_size": 100, "tokenizer_size": 90, "source": "planted"}
+    recorded = write_run_dir(tmp_path / "recorded", Arm(tpot_ms=[20.0] * 6, vocabulary=vocab),
+                             Arm(tpot_ms=[15.0] * 6, vocabulary=vocab))  # output_validity, added
     seen: dict[str, type] = {}
-    for results in (evaluate_run(load_run_dir(planted)), evaluate_run(load_run_dir(aa)),
+    for results in (evaluate_run(load_run_dir(planted)), evaluate_run(load_run_dir(aa)), evaluate_run(load_run_dir(recorded)),
                     compare_runs(load_run_dir(planted), load_run_dir(aa), variant="baseline", max_slowdown=0.02)):
         loaded = round_trip(tmp_path, results)
         seen.update({rule.kind: type(rule.numbers) for rule in loaded.rules})

@@ -119,13 +119,15 @@ def _stream_of(chunks: list[dict]) -> httpx.AsyncClient:
 @pytest.mark.parametrize("mode", ["cumulative", "incremental"])
 def test_cumulative_and_incremental_streams_give_the_same_record(mode):
     # SGLang streams all ids so far by default, only the new ones with --incremental-streaming-output.
+    # The text comes the same way as the ids.
     steps = [[7, 8], [9], [10, 11, 12]]
     chunks, so_far = [], []
     for step in steps:
         so_far = so_far + step
         ids = so_far if mode == "cumulative" else step
+        text = "".join(f" w{i}" for i in ids)
         meta = {"prompt_tokens": 3, "completion_tokens": len(so_far), "spec_verify_ct": 2, "finish_reason": {"type": "length"}}
-        chunks.append({"output_ids": ids, "meta_info": meta})
+        chunks.append({"output_ids": ids, "text": text, "meta_info": meta})
 
     async def send() -> RequestRow:
         async with _stream_of(chunks) as client:
@@ -134,6 +136,7 @@ def test_cumulative_and_incremental_streams_give_the_same_record(mode):
     record = asyncio.run(send())
     assert record.error is None
     assert record.output_ids == [7, 8, 9, 10, 11, 12]
+    assert record.text == " w7 w8 w9 w10 w11 w12"
     assert (record.prompt_tokens, record.completion_tokens, record.spec_verify_ct) == (3, 6, 2)
     assert record.finish_reason == "length"
     assert record.ttft_ms is not None and len(record.itl_ms) == 2 and record.tpot_ms is not None

@@ -20,13 +20,13 @@ from pathlib import Path
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.run.plan import TrialKind, make_plan
-from sglang_spec_harness.scenario import KernelCountRule, Rule, Scenario
+from sglang_spec_harness.scenario import KernelCountRule, OutputValidityRule, Rule, Scenario
 from sglang_spec_harness.verdict.rules.kernel_count import expects_absence
 from sglang_spec_harness.vocabulary import RuleKind
 
 Need = tuple[str, TrialKind]  # (arm, kind)
 # Rules judged without timed trials: exact evidence, no retries, the default set.
-EXACT_KINDS = (RuleKind.KERNEL_COUNT, RuleKind.OUTPUT_IDENTITY)
+EXACT_KINDS = (RuleKind.KERNEL_COUNT, RuleKind.OUTPUT_IDENTITY, RuleKind.OUTPUT_VALIDITY)
 # The kinds of trials a comparison rule reads, by rule kind (default: the timed ones).
 _TRIAL_KINDS: dict[str, tuple[TrialKind, ...]] = {
     RuleKind.OUTPUT_IDENTITY: ("profiled",),
@@ -41,16 +41,20 @@ def rule_needs(scenario: Scenario, rule: Rule) -> set[Need]:
         if expects_absence(rule) and "baseline" in scenario.variants:
             needs.add(("baseline", "profiled"))
         return needs
+    if isinstance(rule, OutputValidityRule):  # each arm on its own: its profiled pass's outputs
+        return {(arm, "profiled") for arm in rule.variants or scenario.variants}
     arms = (rule.baseline, rule.candidate)
     kinds = _TRIAL_KINDS.get(rule.kind, ("timed",))
     return {(arm, kind) for arm in arms for kind in kinds}
 
 
-def judged_arms(rule: Rule) -> set[str]:
+def judged_arms(scenario: Scenario, rule: Rule) -> set[str]:
     """The arms whose trials decide the rule's PASS or FAIL (a kernel-count rule's baseline control
     can only make it INCONCLUSIVE)."""
     if isinstance(rule, KernelCountRule):
         return set(rule.variants)
+    if isinstance(rule, OutputValidityRule):
+        return set(rule.variants or scenario.variants)
     return {rule.baseline, rule.candidate}
 
 
@@ -78,11 +82,11 @@ def choose_rules(scenario: Scenario, variant: str, names: list[str], where: str)
     if names:
         chosen = [rule for rule in scenario.rules if rule.name in names]
         for rule in chosen:
-            if variant not in judged_arms(rule):
+            if variant not in judged_arms(scenario, rule):
                 raise HarnessInputError(f"--rule {rule.name}: does not judge variant {variant!r}, so it would give "
                                         "the same verdict at every commit")
         return chosen
-    chosen = [rule for rule in scenario.rules if rule.kind in EXACT_KINDS and variant in judged_arms(rule)]
+    chosen = [rule for rule in scenario.rules if rule.kind in EXACT_KINDS and variant in judged_arms(scenario, rule)]
     if not chosen:
         raise HarnessInputError(f"{where}: no kernel_count or output_identity rule judges variant {variant!r}; "
                                 "name the rules to bisect on with --rule")

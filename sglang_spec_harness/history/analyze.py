@@ -57,6 +57,8 @@ METRICS = {
     "throughput_tok_s": Metric("output throughput, median of the run's timed trials", "down", "tok/s"),
     # value: each distinct output set numbered as it first appears; compared: the hash
     "output_hash": Metric("greedy outputs of the profiled trials", None, "output set #", EXACT, gates=False),
+    # from the output_validity rule: returned ids that are no token (out of range, or padding)
+    "invalid_token_fraction": Metric("returned token ids that are not tokens", "up", "of tokens", EXACT),
     "kernels": Metric("{pattern} matches per replay in {region} (profiled trials, max)", "up", "per replay", EXACT),
     # value: each op name's median per replay, summed; compared: every op's median count per replay; only
     # in the regions the scenario's kernel_count rules name (all, without such rules)

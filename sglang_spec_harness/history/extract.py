@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.rundir.rule_numbers import OutputValidityNumbers
 from sglang_spec_harness.rundir import (
     EnvironmentRecord,
     RuleResult,
@@ -36,6 +37,7 @@ RUN_FILES = ("run.json", "results.json", "environment.json", "analysis.json", "s
 # results.json variants.<name> lists -> metric names in the database
 RESULT_METRICS = {"median_tpot_ms": "tpot_ms", "accept_length": "accept_length"}
 THROUGHPUT = "throughput_tok_s"
+INVALID_FRACTION = "invalid_token_fraction"
 
 
 class Damaged(Exception):
@@ -304,6 +306,11 @@ def _results(row: RunRow, rd: RunDir, trials: dict[str, StoredTrial]) -> None:
     for rule in results.rules:
         row.rules.append({"name": rule.name, "kind": rule.kind, "verdict": str(rule.verdict), "reason": rule.reason,
                           "params": rule.params, "numbers": rule_numbers(rule)})
+        if isinstance(rule.numbers, OutputValidityNumbers):  # a series per variant: the invalid fraction
+            for variant, counted in rule.numbers.variants.items():
+                if (fraction := valid_number(counted.invalid_fraction)) is not None:
+                    row.samples.append({"variant": variant, "metric": INVALID_FRACTION, "idx": 0, "trial": None,
+                                        "value": fraction})
 
 
 def _variant_files(rd: RunDir, trials: dict[str, StoredTrial]) -> dict[str, list[tuple[str, FileAnalysis]]]:

@@ -475,7 +475,10 @@ def _add_info_routes(app: FastAPI, engine: Any, settings: ServerSettings) -> Non
     @app.get("/get_model_info")
     @app.get("/model_info")
     async def get_model_info() -> JSONResponse:
-        return JSONResponse({"model_path": settings.args.model_path, "tokenizer_path": None, "is_generation": True})
+        # the vocabulary's sizes, which SGLang leaves to its model files: the micro engine has none
+        vocab = engine.model_config.vocab_size
+        return JSONResponse({"model_path": settings.args.model_path, "tokenizer_path": None, "is_generation": True,
+                             "vocab_size": vocab, "tokenizer_size": engine.tokenizer.vocab_size})
 
 
 def _add_generate_route(app: FastAPI, engine: Any, settings: ServerSettings, generations: Generations) -> None:

@@ -27,7 +27,8 @@ from sglang_spec_harness.run.server import (
     vocab_limit,
 )
 from sglang_spec_harness.run.workload import Prompt, RequestLog, build_prompts, first_failed, flush_cache, send_requests
-from sglang_spec_harness.rundir import LaunchRecord, RecordFile, now
+from sglang_spec_harness.run.vocabulary import served_vocabulary
+from sglang_spec_harness.rundir import LaunchRecord, RecordFile, Vocabulary, now
 from sglang_spec_harness.scenario import Scenario
 
 # A self-chosen port that another process took before the server could bind it: start again on
@@ -66,6 +67,7 @@ class ServerLaunch:
         self.clock0 = clock0  # the run's start (monotonic), for the `*_at_s` times in launch.json
         self.profile_dir = directory / "profile"
         self.info: dict[str, Any] = {}
+        self.vocabulary: Vocabulary | None = None
         self.started_at = 0.0
         self.port_attempts = 1
         self._build()
@@ -164,9 +166,11 @@ class ServerLaunch:
                 raise self._fail(exc) from None
             self._start_process()
             self._update(server_pid=self.server.pid)
-        self.info = server_info(self.url, timeout_s=min(30.0, self.scenario.server.request_timeout_s))
+        timeout_s = min(30.0, self.scenario.server.request_timeout_s)
+        self.info = server_info(self.url, timeout_s=timeout_s)
+        self.vocabulary = served_vocabulary(self.url, timeout_s=timeout_s, model_path=self.scenario.server.model_path)
         self._update(status="up", ready=now(), startup_s=round(time.monotonic() - self.started_at, 3),
-                     server_info=self.info)
+                     server_info=self.info, vocabulary=self.vocabulary)
         self._mark("ready")
 
     def _verify_patches_imported(self) -> None:

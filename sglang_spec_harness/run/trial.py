@@ -103,7 +103,7 @@ class TrialRunner:
                                            port=launch.port)
                     launch.wait_ready()
                 self.trial_json.update(server_pid=launch.server.pid, server_info=launch.info,
-                                       command=launch.command.shell(), port=launch.port)
+                                       vocabulary=launch.vocabulary, command=launch.command.shell(), port=launch.port)
                 if own:
                     launch.warm_up(log, fail_on_error=False)
                 duration = self._drive(launch, log)

@@ -150,17 +150,26 @@ def _short(text: str) -> str:
     return text if len(text) <= ERROR_TEXT_LIMIT else text[:ERROR_TEXT_LIMIT] + "..."
 
 
-def _add_output_ids(output_ids: list[int], ids: Any, completion_tokens: Any) -> None:
-    """Adds a stream chunk's `output_ids` to those received so far, in place."""
+def _add_output_ids(output_ids: list[int], ids: Any, completion_tokens: Any) -> bool | None:
+    """Adds a stream chunk's `output_ids` to those received so far, in place; True where the chunk
+    held them all so far (cumulative), False where it held the new ones, None where it held none."""
     if not isinstance(ids, list):
-        return
+        return None
     before = len(output_ids)
     # SGLang streams cumulative ids by default, incremental ones with
     # --incremental-streaming-output: the completion count tells which.
     if len(ids) == completion_tokens or (len(ids) >= before and ids[:before] == output_ids and before > 0):
         output_ids[:] = ids
-    else:
-        output_ids.extend(ids)
+        return True
+    output_ids.extend(ids)
+    return False
+
+
+def _add_text(record: RequestRow, text: Any, cumulative: bool | None) -> None:
+    """The chunk's `text`: all of it so far when its ids were (SGLang's default), else the new part."""
+    if not isinstance(text, str):
+        return
+    record.text = text if cumulative is not False or record.text is None else record.text + text
 
 
 def _complete_record(record: RequestRow, meta: dict[str, Any], received_tokens: int, e2e_ms: float) -> None:
@@ -226,7 +235,8 @@ async def send_request(
                     return record
                 meta = chunk.get("meta_info") or meta
                 before = len(output_ids)
-                _add_output_ids(output_ids, chunk.get("output_ids"), meta.get("completion_tokens", -1))
+                cumulative = _add_output_ids(output_ids, chunk.get("output_ids"), meta.get("completion_tokens", -1))
+                _add_text(record, chunk.get("text"), cumulative)
                 if len(output_ids) > before:
                     if record.ttft_ms is None:
                         record.ttft_ms = (now - start) * 1000

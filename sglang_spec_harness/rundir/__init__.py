@@ -29,6 +29,7 @@ from sglang_spec_harness.rundir.models import (
     TrialAnalysis,
     TrialRecord,
     TrialSummary,
+    Vocabulary,
 )
 from sglang_spec_harness.rundir.read import (
     MAX_FILE_BYTES,
@@ -68,6 +69,7 @@ __all__ = [
     "TrialAnalysis",
     "TrialRecord",
     "TrialSummary",
+    "Vocabulary",
     "as_list",
     "as_object",
     "inside",

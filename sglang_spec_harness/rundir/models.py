@@ -29,6 +29,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
     KernelCountNumbers,
     Numbers,
     OutputChangeNumbers,
+    OutputValidityNumbers,
     OutputIdentityNumbers,
     TpotChangeNumbers,
     TpotGainNumbers,
@@ -155,6 +156,15 @@ class RunRecord(_Record):
 # ---- launches/<launch>/launch.json ----------------------------------------------------------------
 
 
+class Vocabulary(_Record):
+    """The served model's vocabulary: ids from 0 to vocab_size - 1 index its embedding and lm_head; the
+    tokenizer knows ids below tokenizer_size, the rest are padding (real models round lm_head up)."""
+
+    vocab_size: Int
+    tokenizer_size: Int
+    source: str  # where the sizes were read: the server, or which files
+
+
 class LaunchRecord(LaunchEntry):
     """launch.json: the launch's run.json entry, then each step of its life as it happens (a field
     appears once its step has): started, up (ready, server_info), warmed up, stopped."""
@@ -170,6 +180,7 @@ class LaunchRecord(LaunchEntry):
     ready: str | None = None
     startup_s: float | None = None
     server_info: dict[str, Any] | None = None  # what the server says about itself: free-form
+    vocabulary: Vocabulary | None = None  # of the model it serves (sglang_spec_harness.run.vocabulary)
     ready_at_s: float | None = None
     warmup_s: float | None = None
     stopped: str | None = None
@@ -214,6 +225,7 @@ class TrialRecord(_Record):
     started: str | None = None
     finished: str | None = None
     server_info: dict[str, Any] = Field(default_factory=dict)  # what the server says about itself: free-form
+    vocabulary: Vocabulary | None = None  # of the model its server serves (sglang_spec_harness.run.vocabulary)
     summary: TrialSummary | None = None
     traces: list[str] = Field(default_factory=list)  # relative to the trial directory
 
@@ -232,6 +244,7 @@ class RequestRow(_Record):
     itl_ms: list[Number] = Field(default_factory=list)
     e2e_ms: Number | None = None
     output_ids: list[Int] | None = None
+    text: str | None = None  # the returned text (None: the server returned none, or a run before 0.2.0)
     finish_reason: str | None = None
     error: str | None = None
 
@@ -351,6 +364,11 @@ class AaNoiseResult(RuleResultBase):
     numbers: AaNoiseNumbers = Field(default_factory=AaNoiseNumbers)
 
 
+class OutputValidityResult(RuleResultBase):
+    kind: Literal["output_validity"] = "output_validity"
+    numbers: OutputValidityNumbers = Field(default_factory=OutputValidityNumbers)
+
+
 class TpotChangeResult(RuleResultBase):
     kind: Literal["tpot_change"] = "tpot_change"
     numbers: TpotChangeNumbers = Field(default_factory=TpotChangeNumbers)
@@ -374,14 +392,14 @@ class KernelCountChangeResult(RuleResultBase):
 _RESULTS: tuple[type[RuleResultBase], ...] = (
     ValidityResult, KernelCountResult, AcceptLengthResult, OutputIdentityResult, TpotGainResult,
     ExplainedGainResult, AaNoiseResult, TpotChangeResult, AcceptLengthChangeResult, OutputChangeResult,
-    KernelCountChangeResult,
+    KernelCountChangeResult, OutputValidityResult,
 )
 RESULT_OF_KIND: dict[str, type[RuleResultBase]] = {cls.model_fields["kind"].default: cls for cls in _RESULTS}
 # A rule of results.json, validated by its kind: each kind's numbers are its own model.
 RuleResult = Annotated[
     ValidityResult | KernelCountResult | AcceptLengthResult | OutputIdentityResult | TpotGainResult
     | ExplainedGainResult | AaNoiseResult | TpotChangeResult | AcceptLengthChangeResult | OutputChangeResult
-    | KernelCountChangeResult,
+    | KernelCountChangeResult | OutputValidityResult,
     Field(discriminator="kind"),
 ]
 

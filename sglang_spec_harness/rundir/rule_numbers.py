@@ -361,10 +361,42 @@ class KernelCountChangeNumbers(Numbers):
     counts: dict[str, dict[str, Float | None]] = Field(default_factory=dict)  # "region/pattern" -> run -> per replay
 
 
+class InvalidToken(Numbers):
+    """One returned token id that is not a token: where, and why."""
+
+    trial: str
+    request_index: Int
+    position: Int
+    token: Int
+    why: Literal["out_of_range", "padding"]
+
+
+class VariantValidity(Numbers):
+    """One variant's returned tokens and texts, as the output-validity rule counted them."""
+
+    requests: Int = 0
+    tokens: Int = 0
+    out_of_range: Int = 0  # id < 0 or >= vocab_size
+    padding: Int = 0  # tokenizer_size <= id < vocab_size
+    invalid_fraction: Float | None = None  # (out_of_range + padding) / tokens
+    texts: Int = 0  # requests whose text the server returned
+    invalid_texts: Int = 0  # of those, texts with U+FFFD (bytes that are not UTF-8)
+    vocab_size: Int | None = None
+    tokenizer_size: Int | None = None
+    vocabulary_source: str | None = None
+    examples: list[InvalidToken] = Field(default_factory=list)  # the first few
+
+
+class OutputValidityNumbers(Numbers):
+    KIND = "output_validity"
+    variants: dict[str, VariantValidity] = Field(default_factory=dict)
+    max_invalid_fraction: Float | None = None
+
+
 NUMBERS: tuple[type[Numbers], ...] = (
     ValidityNumbers, KernelCountNumbers, AcceptLengthNumbers, OutputIdentityNumbers, TpotGainNumbers,
     ExplainedGainNumbers, AaNoiseNumbers, TpotChangeNumbers, AcceptLengthChangeNumbers, OutputChangeNumbers,
-    KernelCountChangeNumbers,
+    KernelCountChangeNumbers, OutputValidityNumbers,
 )
 NUMBERS_OF_KIND: dict[str, type[Numbers]] = {cls.KIND: cls for cls in NUMBERS}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sglang_spec_harness.rundir import RunDir, StoredTrial
+from sglang_spec_harness.rundir import RunDir, StoredTrial, Vocabulary
 from sglang_spec_harness.traces.schema import CountRow, FileAnalysis
 from sglang_spec_harness.vocabulary import CYCLE_REGION
 
@@ -211,3 +211,35 @@ def output_source(run: RunDir, baseline: str, candidate: str) -> str:
     if (baseline, "timed") in planned and (candidate, "timed") in planned:
         return "timed"
     return "profiled"
+
+
+# ---- what a variant returned, and the vocabulary it was served from ------------------------------
+
+
+@dataclass(frozen=True)
+class ReturnedOutput:
+    """One measured request's returned tokens and text (None: the server returned no text)."""
+
+    trial: str
+    request_index: int
+    output_ids: list[int]
+    text: str | None
+
+
+def returned_outputs(run: RunDir, variant: str) -> list[ReturnedOutput]:
+    """Every completed trial's measured requests that returned tokens, timed and profiled alike."""
+    found: list[ReturnedOutput] = []
+    for trial in run.trials:
+        if trial.variant != variant or not trial.ok:
+            continue
+        for row in trial.requests:
+            if row.error is None and row.output_ids:
+                found.append(ReturnedOutput(trial.name, row.index, list(row.output_ids), row.text))
+    return found
+
+
+def served_vocabularies(run: RunDir, variant: str) -> list[Vocabulary | None]:
+    """The vocabulary each of the variant's completed trials recorded of its server (None: unknown;
+    an empty list: the run recorded none, a run before vocabularies were recorded)."""
+    return [t.record.vocabulary if "vocabulary" in t.record.model_fields_set else None
+            for t in run.trials if t.variant == variant and t.ok and "vocabulary" in t.record.model_fields_set]

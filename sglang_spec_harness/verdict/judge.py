@@ -12,9 +12,10 @@ from sglang_spec_harness.files import write_json_atomic
 from sglang_spec_harness.rundir import ResultsRecord, RuleResult, RunDir, load_run_dir, missing_pieces
 from sglang_spec_harness.rundir.models import ValidityResult
 from sglang_spec_harness.rundir.rule_numbers import ValidityNumbers
-from sglang_spec_harness.scenario import AcceptLengthRule, OutputIdentityRule
+from sglang_spec_harness.scenario import AcceptLengthRule, OutputIdentityRule, OutputValidityRule
 from sglang_spec_harness.verdict.evidence import timed_values
 from sglang_spec_harness.verdict.rules.aa_noise import evaluate_aa_noise
+from sglang_spec_harness.verdict.rules.output_validity import implicit_rule
 from sglang_spec_harness.verdict.rules.registry import EVALUATORS, OPTIONAL_BOUNDS
 from sglang_spec_harness.vocabulary import INCONCLUSIVE, INFO, overall_verdict
 
@@ -51,16 +52,18 @@ def run_validity(run: RunDir) -> list[RuleResult]:
 
 
 def evaluate_run(run: RunDir) -> ResultsRecord:
-    """Every rule of the run (its validity, then the scenario's; an A/A run: aa_noise and the rules
-    that hold on A/A data) and the overall verdict."""
+    """Every rule of the run (its validity, then the scenario's, and output validity where the
+    scenario declares none; an A/A run: aa_noise and the rules that hold on A/A data) and the overall
+    verdict."""
     results = run_validity(run)
+    rules = [*run.scenario.rules, *([extra] if (extra := implicit_rule(run)) else [])]
     if run.aa:
         results.append(evaluate_aa_noise(run))
-        for rule in run.scenario.rules:
-            if isinstance(rule, (AcceptLengthRule, OutputIdentityRule)):
+        for rule in rules:
+            if isinstance(rule, (AcceptLengthRule, OutputIdentityRule, OutputValidityRule)):
                 results.append(EVALUATORS[rule.kind](run, rule))
     else:
-        for rule in run.scenario.rules:
+        for rule in rules:
             result = EVALUATORS[rule.kind](run, rule)
             unset = informational(rule)
             results.append(_as_information(result, unset) if unset else result)

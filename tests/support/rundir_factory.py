@@ -97,6 +97,8 @@ class Arm:
     accept_length: float = 2.5
     outputs: list[list[int]] = field(default_factory=lambda: [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
     profile: list[dict[str, Any]] | None = None  # file facts of the profiled trial; None = no analysis
+    texts: list[str] | None = None  # the returned texts, by request (None: the server returned none)
+    vocabulary: dict[str, Any] | None = None  # trial.json `vocabulary` (None: not recorded, a run before 0.2.0)
 
 
 def write_run_dir(root: Path, baseline: Arm, candidate: Arm, *, scenario: dict | None = None, aa: bool = False,
@@ -141,11 +143,14 @@ def _write_trial(path: Path, index: int, variant: str, kind: str, rep: int, arm:
     requests = [
         {"index": i, "warmup": False, "prompt_tokens": 8, "completion_tokens": completion,
          "spec_verify_ct": completion / arm.accept_length, "ttft_ms": 5.0, "tpot_ms": tpot, "itl_ms": [],
-         "e2e_ms": 5 + tpot * (completion - 1), "output_ids": ids, "finish_reason": "length", "error": None}
+         "e2e_ms": 5 + tpot * (completion - 1), "output_ids": ids, "finish_reason": "length", "error": None,
+         **({"text": arm.texts[i]} if arm.texts is not None else {})}
         for i, ids in enumerate(arm.outputs)
     ]
     (path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
     summary = {"requests": len(requests), "errors": 0, "accept_length": arm.accept_length,
                "median_tpot_ms": tpot, "mean_tpot_ms": tpot}
-    (path / "trial.json").write_text(json.dumps({"index": index, "variant": variant, "kind": kind,
-                                                 "repetition": rep, "status": "ok", "summary": summary}))
+    record = {"index": index, "variant": variant, "kind": kind, "repetition": rep, "status": "ok", "summary": summary}
+    if arm.vocabulary is not None:
+        record["vocabulary"] = arm.vocabulary or None  # {}: recorded as unknown
+    (path / "trial.json").write_text(json.dumps(record))

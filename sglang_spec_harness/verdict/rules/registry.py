@@ -8,7 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from sglang_spec_harness.rundir import RuleResult, RunDir
-from sglang_spec_harness.verdict.rules import accept_length, explained_gain, kernel_count, output_identity, tpot_gain
+from sglang_spec_harness.verdict.rules import (
+    accept_length,
+    explained_gain,
+    kernel_count,
+    output_identity,
+    output_validity,
+    tpot_gain,
+)
 
 EVALUATORS: dict[str, Callable[[RunDir, Any], RuleResult]] = {
     "kernel_count": kernel_count.evaluate_kernel_count,
@@ -16,6 +23,7 @@ EVALUATORS: dict[str, Callable[[RunDir, Any], RuleResult]] = {
     "output_identity": output_identity.evaluate_output_identity,
     "tpot_gain": tpot_gain.evaluate_tpot_gain,
     "explained_gain": explained_gain.evaluate_explained_gain,
+    "output_validity": output_validity.evaluate_output_validity,
 }
 
 # Rule kinds whose bounds are all optional: kind -> the bound fields. Kinds not listed always have
