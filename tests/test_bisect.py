@@ -35,7 +35,7 @@ from support.bisect_demo import (
     write_scenario,
 )
 
-from sglang_spec_harness.bisect.plan import choose_rules, step_plan
+from sglang_spec_harness.points.plan import choose_rules, point_plan
 from sglang_spec_harness.commands import cli
 from sglang_spec_harness.scenario import scenario_from_dict
 
@@ -295,11 +295,11 @@ def test_statistical_rules_run_both_arms_at_every_step():
         "checks": [{"name": "faster", "kind": "tpot_gain"},
                    {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
                     "variants": ["candidate"], "equals": 0}]})
-    exact = step_plan(s, "candidate", choose_rules(s, "candidate", [], "s.yaml"), "s.yaml")
-    assert not exact.statistical and exact.once == {("baseline", "profiled")} and exact.each_step == {("candidate", "profiled")}
-    ab = step_plan(s, "candidate", choose_rules(s, "candidate", ["faster", "no_softmax"], "s.yaml"), "s.yaml")
+    exact = point_plan(s, "candidate", choose_rules(s, "candidate", [], "s.yaml"), "s.yaml")
+    assert not exact.statistical and exact.once == {("baseline", "profiled")} and exact.each_point == {("candidate", "profiled")}
+    ab = point_plan(s, "candidate", choose_rules(s, "candidate", ["faster", "no_softmax"], "s.yaml"), "s.yaml")
     assert ab.statistical and ab.once == set()
-    assert ab.each_step == {("baseline", "timed"), ("candidate", "timed"), ("baseline", "profiled"), ("candidate", "profiled")}
+    assert ab.each_point == {("baseline", "timed"), ("candidate", "timed"), ("baseline", "profiled"), ("candidate", "profiled")}
 
 
 def test_adopting_trials_that_are_not_a_disjoint_part_of_one_plan_is_refused(tmp_path):

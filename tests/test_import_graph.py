@@ -41,8 +41,9 @@ STAGE_ORDER = (
     "report",
     "releases",
     "sglang_cpu",
+    "points",  # a scenario run at another commit or release: bisect and sweep share it
     "bisect",
-    "history",  # sweep.py runs its points through bisect.points
+    "history",  # sweep.py runs its points through points.runner
     "commands",
     "micro",
 )

@@ -16,7 +16,7 @@ import pytest
 from support.bisect_demo import BROKEN, CLEAN, SOFTMAX_BACK, git, make_repo, same_file, server_pids, write_scenario
 from support.proc_helpers import group_gone, process_gone
 
-from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
+from sglang_spec_harness.points.reuse import stored_points, why_not_reusable
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.rundir import RunRecord, read_record
 from sglang_spec_harness.scenario import load_scenario

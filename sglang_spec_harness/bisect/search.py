@@ -23,12 +23,14 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from sglang_spec_harness.bisect.git import BisectState, Commit, GitBisect, Repo, Worktrees
+from sglang_spec_harness.bisect.git_bisect import BisectState, GitBisect
 from sglang_spec_harness.bisect.page import write_page
-from sglang_spec_harness.bisect.plan import at_commit, choose_rules, paths_inside, step_plan
-from sglang_spec_harness.bisect.points import PointRunner, at_release, provider_for
 from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Point, Release, Step
-from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
+from sglang_spec_harness.points.git import Commit, Repo, Worktrees
+from sglang_spec_harness.points.plan import choose_rules, point_plan
+from sglang_spec_harness.points.reuse import stored_points, why_not_reusable
+from sglang_spec_harness.points.runner import PointRunner
+from sglang_spec_harness.points.scenario_at import at_commit, at_release, paths_inside, provider_for
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
 from sglang_spec_harness.releases.environments import ReleaseUnavailable
@@ -110,7 +112,7 @@ def prepare(request: BisectRequest) -> tuple[Scenario, Repo | None, BisectResult
         good, bad, count, releases = repo.commit(good_hash), repo.commit(bad_hash), repo.count_between(good_hash, bad_hash), []
     # One seed for every run of the bisection: the subsets come from one plan and fit together.
     scenario = with_run_seed(scenario.model_copy(update={"checks": rules}))
-    plan = step_plan(scenario, request.variant, rules, where)
+    plan = point_plan(scenario, request.variant, rules, where)
     result = BisectResult(request=request, scenario=scenario.name, good=good, bad=bad, commits_in_range=count,
                           rules=[r.name for r in rules], plan=plan, out_dir=Path(), releases=releases)
     for folder in request.reuse:  # later folders win: the newest measurement of a point
@@ -218,7 +220,7 @@ class _Search:
         if stored is None:
             return False
         plan = self.result.plan
-        theirs, why = why_not_reusable(stored, scenario, self.variant, set(plan.once | plan.each_step), self.worktree)
+        theirs, why = why_not_reusable(stored, scenario, self.variant, set(plan.once | plan.each_point), self.worktree)
         if theirs is None:
             self.progress.note(f"{stored.run_dir}: not reused: {why}")
             return False

@@ -27,9 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sglang_spec_harness.bisect.git import Repo, Worktrees
-from sglang_spec_harness.bisect.plan import StepPlan, at_commit, choose_rules, paths_inside, step_plan
-from sglang_spec_harness.bisect.points import PointRunner, at_release, provider_for
+from sglang_spec_harness.points.git import Repo, Worktrees
+from sglang_spec_harness.points.plan import PointPlan, choose_rules, point_plan
+from sglang_spec_harness.points.runner import PointRunner
+from sglang_spec_harness.points.scenario_at import at_commit, at_release, paths_inside, provider_for
 from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS, HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
@@ -159,7 +160,7 @@ def _points(request: SweepRequest, repo: Repo | None) -> list[PointResult]:
             for i, (rev, c) in enumerate(zip(request.revisions, commits, strict=True))]
 
 
-def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, StepPlan, Selection]:
+def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, PointPlan, Selection]:
     """Every check of the input before anything starts (HarnessInputError: one line, exit 2). Returns
     the scenario (only the chosen rules, one seed), the repository (revisions), the empty result, the
     rules' plan (what runs once) and the trials that run at each point."""
@@ -181,13 +182,13 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
                                     "so every revision would run the same code (e.g. pythonpath: [/src/sglang/python])")
     rules = choose_rules(scenario, request.variant, list(request.rules), where)
     scenario = with_run_seed(scenario.model_copy(update={"checks": rules}))
-    plan = step_plan(scenario, request.variant, rules, where)
+    plan = point_plan(scenario, request.variant, rules, where)
     if plan.statistical:
         raise HarnessInputError("a sweep judges each point by exact rules (kernel_count, output_identity): its points "
                                 "run at different times, so an A/B timing rule cannot compare them; TPOT and accept "
                                 "length are recorded as series instead")
     # Each point: the rules' trials of the variant, and its timed blocks (TPOT, accept length).
-    each: Selection = frozenset({*plan.each_step, (request.variant, "timed"), (request.variant, "profiled")})
+    each: Selection = frozenset({*plan.each_point, (request.variant, "timed"), (request.variant, "profiled")})
     points = _points(request, repo)
     result = SweepResult(request=request, scenario=scenario.name, rules=[r.name for r in rules], out_dir=Path(),
                          points=points)

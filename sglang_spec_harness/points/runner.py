@@ -1,5 +1,5 @@
-"""One point of a bisection or a sweep: the scenario with one variant moved to a commit or a release,
-the point's trials run, the trials that run once adopted, the rules checked, the report written.
+"""One point of a bisection or a sweep (the scenario at the point: `scenario_at.py`): the point's
+trials run, the trials that run once adopted, the rules checked, the report written.
 
 `harness bisect` (over commits or releases) and `harness sweep` run their points through
 `PointRunner`, so a point's run directory is the same ordinary run whichever command made it.
@@ -11,9 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_spec_harness.bisect.plan import StepPlan
-from sglang_spec_harness.bisect.reuse import StoredPoint, copy_stored_run
-from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, TargetInstall, check_provider_name
+from sglang_spec_harness.points.plan import PointPlan
+from sglang_spec_harness.points.reuse import StoredPoint, copy_stored_run
 from sglang_spec_harness.rundir import CheckResults, RunRecord, SweepPoint, read_record, write_record
 from sglang_spec_harness.run.combine import adopt_trials
 from sglang_spec_harness.run.execute import RunResult, run_scenario
@@ -25,42 +24,6 @@ from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, Verdict
 
 # A server log line that says why it stopped (the last such line is the reason shown).
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|failed|Killed|refused)", re.IGNORECASE)
-
-
-PROVIDERS = ("auto", "sglang-cpu", "target")
-CPU_PATCH_PREFIX = "sglang_spec_harness.sglang_cpu"
-
-
-def provider_for(name: str, python: str, patches: list[str]) -> EnvironmentProvider:
-    """Where a release point runs, as `--environments NAME` asks: `sglang-cpu`, this CPU's
-    environments (`sglang_spec_harness.sglang_cpu.releases`); `target`, the release installed
-    beside the variant's interpreter; `auto`, this CPU's when the variant runs the CPU shims (a CPU
-    scenario), else the target's."""
-    check_provider_name(name, PROVIDERS)
-    if name == "auto":
-        name = "sglang-cpu" if any(p.startswith(CPU_PATCH_PREFIX) for p in patches) else "target"
-    if name == "sglang-cpu":
-        from sglang_spec_harness.sglang_cpu.releases import SglangCpuReleases  # only for CPU scenarios
-
-        return SglangCpuReleases(python)
-    return TargetInstall(python)
-
-
-def at_release(scenario: Scenario, variant: str, environment: ReleaseEnvironment) -> Scenario:
-    """The scenario with `variant` running the release: its interpreter and source first on
-    PYTHONPATH, the flags and environment the release needs here, and `server.sglang_version` set, so
-    that the run checks the release on the path before any server starts."""
-    spec = scenario.variants[variant]
-    update = {
-        "python": environment.python,
-        "pythonpath": [*environment.pythonpath, *spec.pythonpath],
-        "env": {**spec.env, **environment.env},
-        "args": {**spec.args, **environment.args},
-        "description": f"{spec.description} [SGLang {environment.release}]".strip(),
-    }
-    variants = {**scenario.variants, variant: spec.model_copy(update=update)}
-    server = scenario.server.model_copy(update={"sglang_version": environment.release})
-    return scenario.model_copy(update={"variants": variants, "server": server})
 
 
 def why_it_stopped(run: RunResult) -> str:
@@ -93,7 +56,7 @@ def first_reason(checks: CheckResults) -> str:
 class PointRunner:
     """Runs the trials that do not change once (`run_once`), then each point's (`run_point`)."""
 
-    def __init__(self, scenario_path: Path, plan: StepPlan, progress: RunProgress):
+    def __init__(self, scenario_path: Path, plan: PointPlan, progress: RunProgress):
         self.scenario_path, self.plan, self.progress = scenario_path, plan, progress
         self.once_run_dir: Path | None = None
 
@@ -116,7 +79,7 @@ class PointRunner:
         from sglang_spec_harness.report import build_report
         from sglang_spec_harness.verdict.rules import check_run_dir
 
-        run = self._run(scenario, select if select is not None else self.plan.each_step, run_dir)
+        run = self._run(scenario, select if select is not None else self.plan.each_point, run_dir)
         if self.once_run_dir is not None:
             adopt_trials(run_dir, self.once_run_dir)
         if sweep is not None:
@@ -130,7 +93,7 @@ class PointRunner:
         return PointOutcome(run_dir, run, checks.verdict, first_reason(checks), complete=True)
 
     def judge_stored(self, stored: StoredPoint, theirs: Scenario, scenario: Scenario, run_dir: Path) -> PointOutcome:
-        """Judge a point from a stored run (`sglang_spec_harness.bisect.reuse`): its trials linked into `run_dir`,
+        """Judge a point from a stored run (`sglang_spec_harness.points.reuse`): its trials linked into `run_dir`,
         the rules of `scenario` checked, the report written; no server starts."""
         from sglang_spec_harness.report import build_report
         from sglang_spec_harness.verdict.rules import check_run_dir
