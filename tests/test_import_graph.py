@@ -43,7 +43,8 @@ STAGE_ORDER = (
     "sglang_cpu",
     "points",  # a scenario run at another commit or release: bisect and sweep share it
     "bisect",
-    "history",  # sweep.py runs its points through points.runner
+    "history",
+    "sweep",  # runs its points through points, ingests them into history
     "commands",
     "micro",
 )

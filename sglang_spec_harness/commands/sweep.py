@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from sglang_spec_harness.extras import require_extras
 
     require_extras("report", *([] if args.no_history else ["history"]))
-    from sglang_spec_harness.history.sweep import SweepRequest, run_sweep
+    from sglang_spec_harness.sweep.result import SweepRequest
+    from sglang_spec_harness.sweep.run import run_sweep
 
     request = SweepRequest(scenario_path=Path(args.scenario), releases=args.releases,
                            source=Path(args.source) if args.source else None, revisions=tuple(args.revisions),

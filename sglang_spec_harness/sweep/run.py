@@ -7,7 +7,9 @@ rules need adopted from a run made once (the baseline's profiled pass: the contr
 analysis can see what the rules count), the exact rules checked, the report, and the run ingested
 into the history database, where the sweep's runs form series ordered by release. A point that
 cannot run (an environment that cannot be built, a server that does not start) gets one line and
-the sweep goes on: its series has a gap there, never a zero.
+the sweep goes on: its series has a gap there, never a zero. A point's run depends on nothing but the
+scenario, its own environment and the baseline's trials (`_Sweep.run_point`): the points before it
+change nothing in it, so any subset of the points can run apart.
 
 The sweep's folder (`reports/sweeps/<timestamp>-<scenario>/`):
 ```
@@ -21,133 +23,28 @@ points/<NN>-<label>/   a run directory per point (run.json `sweep` says which po
 from __future__ import annotations
 
 import re
-import statistics
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from sglang_spec_harness.engines import server_python
+from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
 from sglang_spec_harness.points.git import Repo, Worktrees
 from sglang_spec_harness.points.plan import PointPlan, choose_rules, point_plan
 from sglang_spec_harness.points.runner import PointRunner
 from sglang_spec_harness.points.scenario_at import at_commit, at_release, paths_inside, provider_for
-from sglang_spec_harness.engines import server_python
-from sglang_spec_harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS, HarnessInputError
-from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
-from sglang_spec_harness.history.extract import read_run
 from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
-from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import interrupt_signum, signals_raise_interrupt
 from sglang_spec_harness.run.plan import Selection, with_run_seed
-from sglang_spec_harness.rundir import SweepPoint, as_list, as_object, read_json
+from sglang_spec_harness.rundir import SweepPoint
 from sglang_spec_harness.scenario import require_fixed_design, Scenario, load_scenario
+from sglang_spec_harness.sweep.facts import sweep_facts
+from sglang_spec_harness.sweep.measured import point_numbers, server_start_s
+from sglang_spec_harness.sweep.result import PointResult, QuietSweep, SweepProgress, SweepRequest, SweepResult
 
-SWEEP_SCHEMA_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")  # a revision's name in a folder name (origin/main -> origin-main)
-DEFAULT_OUT_ROOT = Path("reports/sweeps")
-
-
-@dataclass(frozen=True)
-class SweepRequest:
-    scenario_path: Path
-    releases: str | None = None  # `A..B`: SGLang releases from the registry
-    source: Path | None = None  # or revisions of a git checkout of SGLang
-    revisions: tuple[str, ...] = ()
-    variant: str = "candidate"
-    rules: tuple[str, ...] = ()  # default: the exact rules that judge the variant
-    environments: str = "auto"
-    out_root: Path = DEFAULT_OUT_ROOT
-    db: str | None = None  # the history database (default as `harness history`); None and ingest=False: none
-    ingest: bool = True
-    overrides: tuple[str, ...] = ()  # `--set PATH=VALUE` on the scenario
-
-    @property
-    def axis(self) -> str:
-        return "sglang_release" if self.releases else "git_revision"
-
-
-@dataclass
-class PointResult:
-    position: int
-    point: str  # the release, or the full commit hash
-    label: str  # the release, or the short commit
-    status: str = "pending"  # pending | ran | cannot run | incomplete | interrupted
-    reason: str = ""
-    verdict: str | None = None
-    run_dir: str | None = None
-    environment: dict[str, Any] = field(default_factory=dict)
-    seconds: dict[str, float | None] = field(default_factory=dict)  # environment, server_start, run
-    numbers: dict[str, Any] = field(default_factory=dict)  # what the run measured (sweep.json and the printout)
-
-
-@dataclass
-class SweepResult:
-    request: SweepRequest
-    scenario: str
-    rules: list[str]
-    out_dir: Path
-    points: list[PointResult]
-    environments: str = ""
-    baseline_run_dir: Path | None = None
-    status: str = "running"  # running | done | cannot judge | interrupted
-    message: str = ""
-    started: float = field(default_factory=time.time)
-    wall_s: float | None = None
-    history: dict[str, Any] | None = None  # the sweep's change points, from the history database
-    interrupted_by: int | None = None
-
-    @property
-    def ran(self) -> list[PointResult]:
-        return [p for p in self.points if p.status == "ran"]
-
-    @property
-    def exit_code(self) -> int:
-        """0 when at least two points ran (a series to read); 3 otherwise; 128 + signal when interrupted."""
-        if self.interrupted_by is not None:
-            return 128 + self.interrupted_by
-        return EXIT_PASS if len(self.ran) >= 2 else EXIT_INCONCLUSIVE
-
-    def to_json_dict(self) -> dict[str, Any]:
-        request = self.request
-        return {
-            "schema_version": SWEEP_SCHEMA_VERSION, "scenario": self.scenario, "scenario_path": str(request.scenario_path),
-            "axis": request.axis, "range": request.releases, "source": str(request.source) if request.source else None,
-            "revisions": list(request.revisions), "variant": request.variant, "rules": self.rules,
-            "overrides": list(request.overrides),
-            "environments": self.environments, "status": self.status, "message": self.message,
-            "points": [asdict(p) for p in self.points],
-            "ran": [p.label for p in self.ran], "could_not_run": [{"point": p.label, "why": p.reason}
-                                                                 for p in self.points if p.status in ("cannot run", "incomplete")],
-            "baseline_run_dir": str(self.baseline_run_dir) if self.baseline_run_dir else None,
-            "out_dir": str(self.out_dir), "wall_s": self.wall_s, "history": self.history, "exit_code": self.exit_code,
-        }
-
-
-class SweepProgress(Protocol):
-    """What a sweep says while it goes. A protocol, so that `harness sweep` prints it
-    (`commands/sweep.SweepLines`) without importing this stage; `QuietSweep` says nothing."""
-
-    run: RunProgress  # the trials of each run
-
-    def started(self, result: SweepResult) -> None:
-        return None
-
-    def baseline_started(self, run_dir: Path) -> None:
-        return None
-
-    def point_started(self, point: PointResult, total: int) -> None:
-        return None
-
-    def note(self, text: str) -> None:
-        return None
-
-    def point_finished(self, point: PointResult, total: int) -> None:
-        return None
-
-
-class QuietSweep(SweepProgress):
-    run = RunProgress()
 
 
 def _points(request: SweepRequest, repo: Repo | None) -> list[PointResult]:
@@ -216,7 +113,8 @@ def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> S
     with signals_raise_interrupt():
         try:
             sweep.save()
-            sweep.run(plan.once)
+            if sweep.run_baseline():
+                sweep.run(result.points)
         except KeyboardInterrupt as exc:
             result.interrupted_by = interrupt_signum(exc)
             result.status = "interrupted"
@@ -254,20 +152,28 @@ class _Sweep:
     def save(self) -> None:
         write_json_atomic(self.result.out_dir / "sweep.json", self.result.to_json_dict())
 
-    def run(self, once: Selection) -> None:
+    def run_baseline(self) -> bool:
+        """The trials that run once (none when the rules need only the variant's); False when they
+        failed, and no point can be judged (the result says so)."""
         result = self.result
-        if once:
-            run_dir = result.out_dir / "baseline"
-            self.progress.baseline_started(run_dir)
-            run = self.runner.run_once(self.scenario, run_dir)
-            result.baseline_run_dir = run_dir
-            if run.status != "complete":
-                result.status = "cannot judge"
-                result.message = f"the run of the arms that do not change ({run_dir}) failed: {run.error}"
-                return
-        for point in result.points:
+        if not self.runner.plan.once:
+            return True
+        run_dir = result.out_dir / "baseline"
+        self.progress.baseline_started(run_dir)
+        run = self.runner.run_once(self.scenario, run_dir)
+        result.baseline_run_dir = run_dir
+        if run.status != "complete":
+            result.status = "cannot judge"
+            result.message = f"the run of the arms that do not change ({run_dir}) failed: {run.error}"
+            return False
+        return True
+
+    def run(self, points: list[PointResult]) -> None:
+        """Run the points in order, sweep.json saved after each; then the sweep is done."""
+        result = self.result
+        for point in points:
             self.progress.point_started(point, len(result.points))
-            self._run_point(point)
+            self.run_point(point)
             self.save()
             self.progress.point_finished(point, len(result.points))
         result.status = "done"
@@ -288,7 +194,9 @@ class _Sweep:
         point.environment = {"provider": "git worktree", "commit": point.point, "worktree": str(worktree)}
         return at_commit(self.scenario, self.variant, self.repo.root, worktree, f"commit {point.label}")
 
-    def _run_point(self, point: PointResult) -> None:
+    def run_point(self, point: PointResult) -> None:
+        """One point: its environment, its run (the baseline's trials adopted), what it measured, and
+        its run ingested. Reads and writes only `point` and its own run directory."""
         run_dir = self.result.out_dir / "points" / f"{point.position:02d}-{_SAFE.sub('-', point.label.split()[0])}"
         try:
             scenario = self._environment(point)
@@ -309,7 +217,7 @@ class _Sweep:
                 for path in list(self.worktrees.paths):
                     self.worktrees.remove(path)
         point.verdict = str(outcome.verdict)
-        point.seconds["server_start"] = _server_start_s(run_dir, self.variant)
+        point.seconds["server_start"] = server_start_s(run_dir, self.variant)
         if outcome.complete:
             point.status, point.reason = "ran", outcome.reason
             point.numbers = point_numbers(run_dir, self.variant)
@@ -336,92 +244,3 @@ class _Sweep:
             write_trend_page(facts, self.result.out_dir)
         self.save()
 
-
-def _server_start_s(run_dir: Path, variant: str) -> float | None:
-    """How long the variant's server took to become ready (its first launch)."""
-    for launch in sorted((run_dir / "launches").glob(f"*-{variant}-launch*/launch.json")):
-        data = as_object(_read(launch))
-        value = data.get("startup_s")
-        if isinstance(value, (int, float)):
-            return round(float(value), 1)
-    return None
-
-
-def _read(path: Path) -> Any:
-    try:
-        return read_json(path)
-    except Exception:  # a damaged record: the numbers are left out, the run directory says why
-        return None
-
-
-def point_numbers(run_dir: Path, variant: str) -> dict[str, Any]:
-    """What a point measured, for sweep.json and the printout: per region the scenario's patterns per
-    replay and the time per replay (the variant's profiled trials), the median TPOT and accept length
-    of its timed blocks, and the output hash."""
-    results = as_object(_read(run_dir / "results.json"))
-    samples = as_object(as_object(results.get("variants")).get(variant))
-    numbers: dict[str, Any] = {}
-    for key, name in (("median_tpot_ms", "tpot_ms"), ("accept_length", "accept_length")):
-        values = [v for v in as_list(samples.get(key)) if isinstance(v, (int, float))]
-        numbers[name] = round(statistics.median(values), 4) if values else None
-    regions: dict[str, dict[str, Any]] = {}
-    analysis = as_object(as_object(_read(run_dir / "analysis.json")).get("trials"))
-    for trial, document in sorted(analysis.items()):
-        if f"-{variant}-profiled" not in trial:
-            continue
-        for file in as_list(as_object(document).get("files")):
-            file = as_object(file)
-            for region, counts in as_object(file.get("regions")).items():
-                entry = regions.setdefault(region, {"replays": 0, "per_replay": {}})
-                entry["replays"] += int(as_object(counts).get("units") or 0)
-                for pattern, row in as_object(as_object(counts).get("counts")).items():
-                    row = as_object(row)
-                    if row.get("known") is False:
-                        entry["per_replay"][pattern] = None
-                        continue
-                    low, high = row.get("per_replay_min"), row.get("per_replay_max")
-                    entry["per_replay"][pattern] = low if low == high else [low, high]
-            for region, timing in as_object(file.get("region_times")).items():
-                timing = as_object(timing)
-                instances, total = timing.get("instances"), timing.get("robust_time_us") or timing.get("time_us")
-                if isinstance(instances, int) and instances > 0 and isinstance(total, (int, float)):
-                    regions.setdefault(region, {"replays": 0, "per_replay": {}})["time_per_replay_us"] = round(total / instances, 1)
-    numbers["regions"] = regions
-    # the hash the history stores (sglang_spec_harness.history.extract), so that sweep.json and the database agree
-    record = read_run(run_dir)
-    numbers["output_hash"] = next((v.get("output_hash") for v in record.variants if v.get("variant") == variant), None)
-    return numbers
-
-
-def _not_run(result: SweepResult) -> list[dict[str, Any]]:
-    """Rows for the points that never got a run directory (their environment could not be built):
-    the sweep's page lists every point, with why."""
-    name = result.out_dir.name
-    return [{"run": f"{p.label} (no run)", "run_key": None, "scenario": result.scenario, "aa": False, "mode": None,
-             "status": "cannot run", "reason": p.reason, "started": None, "verdict": None, "hardware": "–",
-             "sglang_version": p.point if result.request.axis == "sglang_release" else None, "sglang_commit": None,
-             "harness_commit": None, "path": None, "report": None, "sweep": name, "sweep_axis": result.request.axis,
-             "sweep_point": p.point, "sweep_label": p.label, "sweep_position": p.position}
-            for p in result.points if p.status == "cannot run" and p.run_dir is None]
-
-
-def sweep_facts(engine: Any, result: SweepResult) -> dict[str, Any]:
-    """The history facts of this sweep alone (its series, change points and their explanations, its
-    runs): what its trend page shows and sweep.json carries."""
-    from sglang_spec_harness.history.analyze import history_facts
-
-    facts = history_facts(engine, scenarios=[result.scenario])
-    name = result.out_dir.name
-    series = [s for s in facts["series"] if s.get("sweep") == name]
-    ids = {s["series"] for s in series}
-    points = [c for c in facts["change_points"] if c["series"] in ids]
-    used = {c.get("explanation") for c in points}
-    explanations = facts.get("explanations") or {}
-    if isinstance(explanations, dict):
-        explanations = {k: v for k, v in explanations.items() if k in used}
-    else:
-        explanations = [e for e in explanations if e.get("id") in used]
-    return {**facts, "series": series, "change_points": points, "explanations": explanations,
-            "run_list": [r for r in facts["run_list"] if r.get("sweep") == name] + _not_run(result),
-            "sweeps": [w for w in facts.get("sweeps") or [] if w.get("sweep") == name or w.get("name") == name],
-            "damaged": [d for d in facts["damaged"] if Path(d.get("path") or "").parent.parent.name == name]}
