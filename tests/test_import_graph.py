@@ -35,10 +35,11 @@ STAGE_ORDER = (
     "rundir",  # the run directory: the contract every later stage reads
     "verdict",
     "run",
-    "testing",  # the public API for other test suites (run + traces)
-    "pytest_plugin",
     "pages",  # the page machinery: templates, figure style, numbers
     "report",
+    "pipeline",  # the run as a library call: run -> check -> report
+    "testing",  # the public API for other test suites (run + traces, the pipeline)
+    "pytest_plugin",
     "releases",
     "sglang_cpu",
     "points",  # a scenario run at another commit or release: bisect and sweep share it

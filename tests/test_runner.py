@@ -21,8 +21,9 @@ from support.proc_helpers import group_gone, process_gone
 from support.tiny_scenario import FAKE_SERVER, NUM_REQUESTS, OUTPUT_LEN, WARMUP, write_scenario
 
 from sglang_spec_harness.commands import cli
-from sglang_spec_harness.commands import run as run_command
+from sglang_spec_harness.commands.check import print_results
 from sglang_spec_harness.engines import keep_off_cpus, server_cpus
+from sglang_spec_harness.pipeline import check_and_report
 from sglang_spec_harness.run.execute import run_scenario
 from sglang_spec_harness.scenario import load_scenario
 from sglang_spec_harness.run.server import live_server_pids
@@ -216,10 +217,8 @@ def test_json_of_a_run_that_cannot_complete_and_of_a_dry_run(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_server_exiting_at_startup_ends_the_run_with_one_line_and_keeps_earlier_trials(tmp_path, capsys, monkeypatch):
+def test_server_exiting_at_startup_ends_the_run_with_one_line_and_keeps_earlier_trials(tmp_path, capsys):
     path = write_scenario(tmp_path, candidate={"args": {"--no-such-flag": True}})
-    evaluated: list[Path] = []
-    monkeypatch.setattr(run_command, "evaluate_run_dir", lambda run_dir: evaluated.append(run_dir))
     code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 3
@@ -229,7 +228,8 @@ def test_server_exiting_at_startup_ends_the_run_with_one_line_and_keeps_earlier_
     assert "unrecognized arguments: --no-such-flag" in last and "results so far: " in last
     assert "Traceback" not in err
     run_dir = next((tmp_path / "runs").iterdir())
-    assert evaluated == [run_dir]  # the checks and report still see what was measured
+    # the checks and report still see what was measured: INCONCLUSIVE, whatever the rules say
+    assert read_json(run_dir / "results.json")["verdict"] == "INCONCLUSIVE" and (run_dir / "index.html").is_file()
     run = read_json(run_dir / "run.json")
     assert run["status"] == "incomplete" and "01-candidate-profiled failed" in run["error"]
     assert read_json(run_dir / "trials/00-baseline-profiled/trial.json")["status"] == "ok"
@@ -390,11 +390,13 @@ def test_a_shadowed_patch_bootstrap_fails_the_trial(tmp_path):
 def test_after_a_run_checks_report_and_ci_step_summary(full_run, tmp_path, monkeypatch, capsys):
     summary_file = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
-    code = run_command.evaluate_run_dir(full_run.run_dir)
+    checked, html = check_and_report(full_run.run_dir, step_summary=True)
     results = read_json(full_run.run_dir / "results.json")
-    assert code == results["exit_code"]
+    assert (checked.exit_code, checked.verdict) == (results["exit_code"], results["verdict"])
+    assert html == full_run.run_dir / "index.html"
     for name in ("index.html", "junit.xml", "summary.md"):
         assert (full_run.run_dir / name).stat().st_size > 0
+    print_results(checked)
     assert f"verdict: {results['verdict']}" in capsys.readouterr().out
     assert summary_file.read_text() == (full_run.run_dir / "summary.md").read_text()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from sglang_spec_harness.points.plan import PointPlan
 from sglang_spec_harness.points.reuse import StoredPoint, copy_stored_run
-from sglang_spec_harness.rundir import CheckResults, RunRecord, SweepPoint, read_record, write_record
-from sglang_spec_harness.run.combine import adopt_trials
+from sglang_spec_harness.pipeline import check_and_report, run_pipeline
+from sglang_spec_harness.rundir import CheckResults, SweepPoint
 from sglang_spec_harness.run.execute import RunResult, run_scenario
 from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import interrupt_exception
@@ -39,7 +39,6 @@ def why_it_stopped(run: RunResult) -> str:
 @dataclass
 class PointOutcome:
     run_dir: Path
-    run: RunResult
     verdict: Verdict
     reason: str  # the first failing rule, else the first inconclusive one, else that all passed
     complete: bool
@@ -60,46 +59,34 @@ class PointRunner:
         self.scenario_path, self.plan, self.progress = scenario_path, plan, progress
         self.once_run_dir: Path | None = None
 
-    def _run(self, scenario: Scenario, select: Selection, run_dir: Path) -> RunResult:
-        run = run_scenario(scenario, self.scenario_path, select=select, run_dir=run_dir, progress=self.progress)
+    def run_once(self, scenario: Scenario, run_dir: Path) -> RunResult:
+        """The trials of the arms that do not change, neither checked nor reported: each point's run
+        adopts them."""
+        run = run_scenario(scenario, self.scenario_path, select=self.plan.once, run_dir=run_dir, progress=self.progress)
         if run.interrupted_by is not None:  # the run stopped its servers; unwind the caller too
             raise interrupt_exception(run.interrupted_by)
-        return run
-
-    def run_once(self, scenario: Scenario, run_dir: Path) -> RunResult:
-        run = self._run(scenario, self.plan.once, run_dir)
         self.once_run_dir = run_dir
         return run
 
     def run_point(self, scenario: Scenario, run_dir: Path, *, select: Selection | None = None,
                   sweep: SweepPoint | None = None) -> PointOutcome:
         """Run one point's trials (`select`, default the plan's), adopt the trials that ran once,
-        check the rules and write the report. A run that did not complete is INCONCLUSIVE with the
-        reason it stopped."""
-        from sglang_spec_harness.report import build_report
-        from sglang_spec_harness.verdict.rules import check_run_dir
-
-        run = self._run(scenario, select if select is not None else self.plan.each_point, run_dir)
-        if self.once_run_dir is not None:
-            adopt_trials(run_dir, self.once_run_dir)
-        if sweep is not None:
-            record = read_record(run_dir / "run.json", RunRecord)
-            record.sweep = sweep
-            write_record(run_dir / "run.json", record)
-        checks = check_run_dir(run_dir)
-        build_report(run_dir)
-        if run.status != "complete":
-            return PointOutcome(run_dir, run, INCONCLUSIVE, f"run incomplete: {why_it_stopped(run)}", complete=False)
-        return PointOutcome(run_dir, run, checks.verdict, first_reason(checks), complete=True)
+        check the rules and write the report: the run as a library call (`pipeline.run_pipeline`).
+        A run that did not complete is INCONCLUSIVE with the reason it stopped."""
+        outcome = run_pipeline(scenario, self.scenario_path, progress=self.progress, run_dir=run_dir,
+                               select=select if select is not None else self.plan.each_point,
+                               adopt_from=self.once_run_dir, sweep=sweep)
+        if outcome.interrupted_by is not None:  # the run stopped its servers; unwind the caller too
+            raise interrupt_exception(outcome.interrupted_by)
+        if outcome.status != "complete":
+            return PointOutcome(run_dir, INCONCLUSIVE, f"run incomplete: {why_it_stopped(outcome.run)}", complete=False)
+        if outcome.results is None:  # a complete run whose checks or report could not be written
+            return PointOutcome(run_dir, INCONCLUSIVE, f"not checked: {outcome.evaluation_error}", complete=False)
+        return PointOutcome(run_dir, outcome.results.verdict, first_reason(outcome.results), complete=True)
 
     def judge_stored(self, stored: StoredPoint, theirs: Scenario, scenario: Scenario, run_dir: Path) -> PointOutcome:
         """Judge a point from a stored run (`sglang_spec_harness.points.reuse`): its trials linked into `run_dir`,
         the rules of `scenario` checked, the report written; no server starts."""
-        from sglang_spec_harness.report import build_report
-        from sglang_spec_harness.verdict.rules import check_run_dir
-
         copy_stored_run(stored, theirs, scenario, run_dir)
-        checks = check_run_dir(run_dir)
-        build_report(run_dir)
-        run = RunResult(run_dir=run_dir, status="complete", plan=[], commands={})
-        return PointOutcome(run_dir, run, checks.verdict, first_reason(checks), complete=True)
+        checks, _ = check_and_report(run_dir)
+        return PointOutcome(run_dir, checks.verdict, first_reason(checks), complete=True)
