@@ -112,6 +112,7 @@ class BisectResult:
     baseline_run_dir: Path | None = None
     interrupted_by: int | None = None
     stored: dict[str, StoredPoint] = field(default_factory=dict)  # `--reuse`: point -> a run that may stand for it
+    notes: list[str] = field(default_factory=list)  # what the bisection changed in the scenario (fixed_design)
 
     @property
     def max_steps(self) -> int:
@@ -146,6 +147,7 @@ class BisectResult:
             "baseline_run_dir": str(self.baseline_run_dir) if self.baseline_run_dir else None,
             "out_dir": str(self.out_dir), "report": str(self.out_dir / "index.html"), "exit_code": self.exit_code,
             "reuse": [str(p) for p in self.request.reuse], "overrides": list(self.request.overrides),
+            "notes": self.notes,
         }
         if self.request.axis == "releases":
             return {**common, "releases": self.releases, "environments": self.request.environments,

@@ -53,6 +53,8 @@ class SweepLines(RunsProgressLines):
         self.say(f"sweep {result.scenario}: variant {result.request.variant} at {len(labels)} point(s) "
                  f"({labels[0]} .. {labels[-1]}), environments: {result.environments}; rules: {', '.join(result.rules)}")
         self.say(f"  output: {result.out_dir}")
+        for note in result.notes:
+            self.say(f"  note: {note}")
 
     def baseline_started(self, run_dir: Path) -> None:
         self.say(f"  trials that run once: {run_dir}")

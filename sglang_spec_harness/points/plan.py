@@ -98,3 +98,21 @@ def point_plan(scenario: Scenario, variant: str, rules: list[Check], where: str)
         raise HarnessInputError(f"{where}: trials: the plan has no {' or '.join(sorted({k for _, k in each}))} trials "
                                 f"of variant {variant!r} (trials.profiled: {scenario.trials.profiled}), which the rules need")
     return PointPlan(rules=rules, once=once, each_point=each, statistical=statistical)
+
+
+def fixed_design(scenario: Scenario, rules: list[Check], command: str, *, timed: bool = False) -> tuple[Scenario, str | None]:
+    """The scenario without its adaptive design (`trials.budget`), and a one-line note when that
+    matters. bisect and sweep run each point in parts (the baseline once, the variant per point),
+    which an adaptive design cannot follow: its stages depend on the looks before them. Exact rules
+    need no timing design (the profiled passes are the same); where timed trials run (a rule that
+    reads them, or `timed`: a sweep's TPOT series), they follow the scenario's fixed design, its
+    first stage: `repetitions` rounds over `launches` per arm."""
+    spec = scenario.trials
+    if spec.budget is None:
+        return scenario, None
+    fixed = scenario.model_copy(update={"trials": spec.model_copy(update={"budget": None})})
+    if not (timed or any(kind == "timed" for check in rules for _, kind in rule_needs(scenario, check))):
+        return fixed, None
+    return fixed, (f"trials.budget (an adaptive design) set aside: harness {command} runs each point in parts, so its "
+                   f"timed trials follow the scenario's fixed design: {spec.repetitions} rounds, "
+                   f"{spec.launches_per_arm} launch(es) per arm")

@@ -63,6 +63,7 @@ class SweepResult:
     wall_s: float | None = None
     history: dict[str, Any] | None = None  # the sweep's change points, from the history database
     interrupted_by: int | None = None
+    notes: list[str] = field(default_factory=list)  # what the sweep changed in the scenario (fixed_design)
 
     @property
     def ran(self) -> list[PointResult]:
@@ -81,7 +82,7 @@ class SweepResult:
             "schema_version": SWEEP_SCHEMA_VERSION, "scenario": self.scenario, "scenario_path": str(request.scenario_path),
             "axis": request.axis, "range": request.releases, "source": str(request.source) if request.source else None,
             "revisions": list(request.revisions), "variant": request.variant, "rules": self.rules,
-            "overrides": list(request.overrides),
+            "overrides": list(request.overrides), "notes": self.notes,
             "environments": self.environments, "status": self.status, "message": self.message,
             "points": [asdict(p) for p in self.points],
             "ran": [p.label for p in self.ran], "could_not_run": [{"point": p.label, "why": p.reason}

@@ -31,7 +31,7 @@ from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
 from sglang_spec_harness.points.git import Repo, Worktrees
-from sglang_spec_harness.points.plan import PointPlan, choose_rules, point_plan
+from sglang_spec_harness.points.plan import PointPlan, choose_rules, fixed_design, point_plan
 from sglang_spec_harness.points.runner import PointRunner
 from sglang_spec_harness.points.scenario_at import at_commit, at_release, paths_inside, provider_for
 from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable
@@ -39,7 +39,7 @@ from sglang_spec_harness.releases.versions import registry_releases, releases_in
 from sglang_spec_harness.run.interrupts import interrupt_signum, signals_raise_interrupt
 from sglang_spec_harness.run.plan import Selection, with_run_seed
 from sglang_spec_harness.rundir import SweepPoint
-from sglang_spec_harness.scenario import require_fixed_design, Scenario, load_scenario
+from sglang_spec_harness.scenario import Scenario, load_scenario
 from sglang_spec_harness.sweep.facts import sweep_facts
 from sglang_spec_harness.sweep.measured import point_numbers, server_start_s
 from sglang_spec_harness.sweep.result import PointResult, QuietSweep, SweepProgress, SweepRequest, SweepResult
@@ -63,7 +63,6 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
     rules' plan (what runs once) and the trials that run at each point."""
     scenario = load_scenario(request.scenario_path, request.overrides)
     where = str(request.scenario_path)
-    require_fixed_design(scenario, where, "sweep")
     if request.variant not in scenario.variants:
         raise HarnessInputError(f"--variant {request.variant}: no such variant in {where} "
                                 f"(variants: {', '.join(scenario.variants)})")
@@ -78,7 +77,8 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
             raise HarnessInputError(f"{where}: variants.{request.variant}.pythonpath: no entry lies inside {repo.root}, "
                                     "so every revision would run the same code (e.g. pythonpath: [/src/sglang/python])")
     rules = choose_rules(scenario, request.variant, list(request.rules), where)
-    scenario = with_run_seed(scenario.model_copy(update={"checks": rules}))
+    # every point runs the variant's timed blocks (its TPOT series), whatever the rules read
+    scenario, note = fixed_design(with_run_seed(scenario.model_copy(update={"checks": rules})), rules, "sweep", timed=True)
     plan = point_plan(scenario, request.variant, rules, where)
     if plan.statistical:
         raise HarnessInputError("a sweep judges each point by exact rules (kernel_count, output_identity): its points "
@@ -88,7 +88,7 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
     each: Selection = frozenset({*plan.each_point, (request.variant, "timed"), (request.variant, "profiled")})
     points = _points(request, repo)
     result = SweepResult(request=request, scenario=scenario.name, rules=[r.name for r in rules], out_dir=Path(),
-                         points=points)
+                         points=points, notes=[note] if note else [])
     return scenario, repo, result, plan, each
 
 
