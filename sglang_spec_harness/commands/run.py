@@ -11,9 +11,12 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglang_spec_harness.errors import one_line
+
+if TYPE_CHECKING:
+    from sglang_spec_harness.pipeline import RunOutcome
 
 
 def _positive_int(text: str) -> int:
@@ -159,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         return outcome.exit_code
 
 
-def _run(args: argparse.Namespace) -> Any:  # a RunOutcome
+def _run(args: argparse.Namespace) -> RunOutcome:
     from sglang_spec_harness.pipeline import load_run_scenario, run_pipeline
 
     scenario, path = load_run_scenario(args.scenario, args.overrides, args.repetitions)
@@ -179,7 +182,7 @@ def _run(args: argparse.Namespace) -> Any:  # a RunOutcome
     return outcome
 
 
-def print_outcome(outcome: Any) -> None:
+def print_outcome(outcome: RunOutcome) -> None:
     """After a run: the rule table and the verdict, the report, and why a run did not complete or
     could not be checked (on stderr)."""
     if outcome.results is not None:
