@@ -791,13 +791,3 @@ def is_whole(path: Path) -> bool:
 def scenario_json_schema() -> str:
     """JSON Schema of scenario files, for editors (yaml-language-server)."""
     return json.dumps(Scenario.model_json_schema(), indent=2)
-
-
-def require_fixed_design(scenario: Scenario, where: str, command: str) -> None:
-    """bisect and sweep run each point in parts (a baseline once, the variant per point): an adaptive
-    design cannot be split so, since each stage depends on the looks before it."""
-    if scenario.trials.budget is not None:
-        raise HarnessInputError(
-            f"{where}: trials.budget (an adaptive design) cannot run under harness {command}, which runs each point in "
-            f"parts; give a fixed design: --set trials.budget=null --set trials.repetitions=16")
-

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import pandas as pd
 
@@ -53,6 +53,7 @@ __all__ = [
     "assert_kernel",
     "assert_no_kernel",
     "profile_server",
+    "run_scenario",
 ]
 
 # Short prompts in the style of SGLang's EAGLE tests; any model's tokenizer takes them.
@@ -278,3 +279,36 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+# ---- a whole harness scenario from a test: run, check, report (sglang_spec_harness.pipeline) ------
+
+if TYPE_CHECKING:
+    from sglang_spec_harness.pipeline import RunOutcome
+    from sglang_spec_harness.run.progress import RunProgress
+
+
+def run_scenario(
+    scenario: str | os.PathLike[str],
+    *,
+    overrides: Sequence[str] = (),
+    out_root: str | os.PathLike[str] = "reports/runs",
+    port: int | None = None,
+    progress: RunProgress | None = None,
+) -> RunOutcome:
+    """Run a harness scenario as `harness run` does (its servers, trials, profiles, rules and report)
+    and return its `RunOutcome`, to assert on:
+
+        outcome = run_scenario("scenarios/sglang_cpu_tiny_eagle_topk1.yaml",
+                               overrides=["trials.repetitions=2"])
+        assert outcome.verdict == "PASS", outcome.results.rules
+        outcome.run_dir, outcome.report, outcome.exit_code       # the run directory, index.html, 0/1/3
+
+    `scenario`: a file, or a shipped scenario's name (e.g. micro_topk1); `overrides`: `--set`'s
+    PATH=VALUE strings; `out_root`: where the run directory goes; `port`: as `harness run --port`.
+    Bad input raises HarnessInputError before any server starts; a run that fails or is interrupted
+    returns (`status`, `error`, `interrupted_by`, `exit_code` say so)."""
+    from sglang_spec_harness.pipeline import run_scenario_file
+
+    return run_scenario_file(scenario, overrides=tuple(overrides), out_root=Path(out_root), port=port,
+                             progress=progress)

@@ -35,9 +35,9 @@ from support.bisect_demo import (
     write_scenario,
 )
 
-from sglang_spec_harness.bisect.plan import choose_rules, step_plan
+from sglang_spec_harness.points.plan import choose_rules, fixed_design, point_plan
 from sglang_spec_harness.commands import cli
-from sglang_spec_harness.scenario import scenario_from_dict
+from sglang_spec_harness.scenario import load_scenario, scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITS, PLANTED = 16, 9
@@ -295,11 +295,82 @@ def test_statistical_rules_run_both_arms_at_every_step():
         "rules": [{"name": "faster", "kind": "tpot_gain"},
                    {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
                     "variants": ["candidate"], "equals": 0}]})
-    exact = step_plan(s, "candidate", choose_rules(s, "candidate", [], "s.yaml"), "s.yaml")
-    assert not exact.statistical and exact.once == {("baseline", "profiled")} and exact.each_step == {("candidate", "profiled")}
-    ab = step_plan(s, "candidate", choose_rules(s, "candidate", ["faster", "no_softmax"], "s.yaml"), "s.yaml")
+    exact = point_plan(s, "candidate", choose_rules(s, "candidate", [], "s.yaml"), "s.yaml")
+    assert not exact.statistical and exact.once == {("baseline", "profiled")} and exact.each_point == {("candidate", "profiled")}
+    ab = point_plan(s, "candidate", choose_rules(s, "candidate", ["faster", "no_softmax"], "s.yaml"), "s.yaml")
     assert ab.statistical and ab.once == set()
-    assert ab.each_step == {("baseline", "timed"), ("candidate", "timed"), ("baseline", "profiled"), ("candidate", "profiled")}
+    assert ab.each_point == {("baseline", "timed"), ("candidate", "timed"), ("baseline", "profiled"), ("candidate", "profiled")}
+
+
+# ---- the shipped adaptive scenario (trials.budget) -------------------------------------------------
+
+SHIPPED = REPO / "scenarios" / "micro_topk1.yaml"
+
+
+def on_the_repository(repo: Path, *extra: str) -> list[str]:
+    """--set: the shipped scenario's candidate imports the demo repository's patch module."""
+    return ["--set", f"variants.candidate.pythonpath=[{repo / 'python'}]", "--set",
+            "variants.candidate.patches=[bisect_demo_patch]", *extra]
+
+
+def test_the_adaptive_design_is_set_aside_with_a_note_only_where_timed_trials_run():
+    shipped = load_scenario(SHIPPED)
+    assert shipped.trials.budget is not None
+    exact, note = fixed_design(shipped, choose_rules(shipped, "candidate", [], "s.yaml"), "bisect")
+    assert exact.trials.budget is None and note is None
+    assert exact.trials.model_dump(exclude={"budget"}) == shipped.trials.model_dump(exclude={"budget"})
+    tpot = choose_rules(shipped, "candidate", ["tpot_improved"], "s.yaml")
+    fixed, note = fixed_design(shipped, tpot, "bisect")
+    assert fixed.trials.budget is None and note == ("trials.budget (an adaptive design) set aside: harness bisect runs "
+                                                    "each point in parts, so its timed trials follow the scenario's fixed "
+                                                    "design: 6 rounds, 2 launch(es) per arm")
+    _, swept = fixed_design(shipped, choose_rules(shipped, "candidate", [], "s.yaml"), "sweep", timed=True)
+    assert swept is not None and swept.startswith("trials.budget (an adaptive design) set aside: harness sweep")
+    fixed_already = shipped.model_copy(update={"trials": fixed.trials})
+    assert fixed_design(fixed_already, tpot, "bisect") == (fixed_already, None)
+
+
+@pytest.mark.slow
+def test_the_shipped_adaptive_scenario_bisects_on_its_exact_rules(tmp_path):
+    repo, hashes = make_repo(tmp_path, [CLEAN, CLEAN, SOFTMAX_BACK, SOFTMAX_BACK])
+    out = tmp_path / "out"
+    done = subprocess.run(bisect_command(SHIPPED, repo, hashes[0], hashes[-1], out, "--json", *on_the_repository(repo)),
+                          cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["first_bad"], result["mode"], result["notes"]) == (hashes[2], "exact", [])
+    assert result["rules"] == ["candidate_no_softmax_draft_decode", "candidate_no_softmax_draft_extend",
+                               "greedy_outputs_identical"]
+    assert "note:" not in done.stderr
+    for step in result["steps"]:
+        ran = load_scenario(Path(step["run_dir"]) / "scenario.yaml")
+        assert ran.trials.budget is None and ran.trials.repetitions == 6
+    assert_nothing_left(repo, out)
+
+
+@pytest.mark.slow
+def test_a_tpot_rule_on_the_shipped_adaptive_scenario_runs_its_fixed_design_with_a_note(tmp_path):
+    repo, hashes = make_repo(tmp_path, [CLEAN, SOFTMAX_BACK])
+    out = tmp_path / "out"
+    extra = on_the_repository(repo, "--set", "trials.repetitions=2", "--set", "trials.launches=1")
+    done = subprocess.run(bisect_command(SHIPPED, repo, hashes[0], hashes[1], out, "--json", "--rule", "tpot_improved",
+                                         "--retries", "0", *extra),
+                          cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=600)
+    note = ("trials.budget (an adaptive design) set aside: harness bisect runs each point in parts, so its timed "
+            "trials follow the scenario's fixed design: 2 rounds, 1 launch(es) per arm")
+    assert done.returncode in (0, 3), done.stderr  # whatever TPOT says of 2 rounds: the step ran
+    assert f"\n  note: {note}\n" in done.stderr
+    result = json.loads(done.stdout)
+    assert (result["notes"], result["mode"]) == ([note], "statistical")
+    (step,) = result["steps"]
+    assert step["commit"] == hashes[1] and step["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")
+    run_dir = Path(step["run_dir"])
+    assert load_scenario(run_dir / "scenario.yaml").trials.budget is None
+    timed = [entry for entry in json.loads((run_dir / "run.json").read_text())["plan"] if entry["kind"] == "timed"]
+    assert sorted((e["variant"], e["repetition"]) for e in timed) == [
+        ("baseline", 0), ("baseline", 1), ("candidate", 0), ("candidate", 1)]
+    assert json.loads((run_dir / "results.json").read_text())["run_status"] == "complete"
+    assert_nothing_left(repo, out)
 
 
 def test_adopting_trials_that_are_not_a_disjoint_part_of_one_plan_is_refused(tmp_path):

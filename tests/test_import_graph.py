@@ -35,14 +35,17 @@ STAGE_ORDER = (
     "rundir",  # the run directory: the contract every later stage reads
     "verdict",
     "run",
-    "testing",  # the public API for other test suites (run + traces)
-    "pytest_plugin",
     "pages",  # the page machinery: templates, figure style, numbers
     "report",
+    "pipeline",  # the run as a library call: run -> check -> report
+    "testing",  # the public API for other test suites (run + traces, the pipeline)
+    "pytest_plugin",
     "releases",
     "sglang_cpu",
+    "points",  # a scenario run at another commit or release: bisect and sweep share it
     "bisect",
-    "history",  # sweep.py runs its points through bisect.points
+    "history",
+    "sweep",  # runs its points through points, ingests them into history
     "commands",
     "micro",
 )

@@ -26,9 +26,9 @@ import pytest
 import yaml
 from markupsafe import escape
 
-from sglang_spec_harness.bisect.git import Commit
+from sglang_spec_harness.points.git import Commit
 from sglang_spec_harness.bisect.page import write_page
-from sglang_spec_harness.bisect.plan import StepPlan
+from sglang_spec_harness.points.plan import PointPlan
 from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Step
 from sglang_spec_harness.history.page import write_trend_page
 from sglang_spec_harness.report import build_report
@@ -242,8 +242,8 @@ def test_the_bisection_page_shows_every_string_as_text(browser, tmp_path, status
         request=BisectRequest(scenario_path=Path("s.yaml"), source=Path(f"/src/{SCRIPT}"), good="a", bad="b",
                               variant=f"v{ATTRIBUTE}"),
         scenario=f"tiny{SCRIPT}", good=other, bad=commit, commits_in_range=3, rules=[f"rule{SCRIPT}"],
-        plan=StepPlan(rules=[], once=frozenset({(f"arm{SCRIPT}", "profiled")}),
-                      each_step=frozenset({(f"v{ATTRIBUTE}", "profiled")}), statistical=False),
+        plan=PointPlan(rules=[], once=frozenset({(f"arm{SCRIPT}", "profiled")}),
+                       each_point=frozenset({(f"v{ATTRIBUTE}", "profiled")}), statistical=False),
         out_dir=out_dir, status=status, message=f"message {ATTRIBUTE}",
         first_bad=commit if status == "found" else None, candidates=[] if status == "found" else [commit, other],
         steps=[Step(number=1, commit=commit, role=f"role{SCRIPT}", verdict="FAIL", mark="bad",

@@ -16,7 +16,7 @@ import pytest
 from support.bisect_demo import BROKEN, CLEAN, SOFTMAX_BACK, git, make_repo, same_file, server_pids, write_scenario
 from support.proc_helpers import group_gone, process_gone
 
-from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
+from sglang_spec_harness.points.reuse import stored_points, why_not_reusable
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.rundir import RunRecord, read_record
 from sglang_spec_harness.scenario import load_scenario
@@ -133,6 +133,31 @@ def test_a_sweep_over_releases_refuses_a_statistical_rule_and_bad_input_before_a
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "give --sglang-releases A..B, or --source REPO --revisions REV..." in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_shipped_adaptive_scenario_sweeps_each_point_on_its_fixed_design_with_a_note(tmp_path):
+    repo, hashes = make_repo(tmp_path, [CLEAN, SOFTMAX_BACK])
+    shipped = Path(__file__).resolve().parents[1] / "scenarios" / "micro_topk1.yaml"
+    extra = ["--no-history", "--set", f"variants.candidate.pythonpath=[{repo / 'python'}]", "--set",
+             "variants.candidate.patches=[bisect_demo_patch]", "--set", "trials.repetitions=2", "--set", "trials.launches=1"]
+    done = subprocess.run(sweep_command(shipped, repo, hashes, tmp_path / "out", tmp_path / "h.sqlite", *extra),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900, env={**os.environ, "CI": "true"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    note = ("trials.budget (an adaptive design) set aside: harness sweep runs each point in parts, so its timed "
+            "trials follow the scenario's fixed design: 2 rounds, 1 launch(es) per arm")
+    assert f"\n  note: {note}\n" in done.stdout
+    (folder,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
+    sweep = json.loads((folder / "sweep.json").read_text())
+    assert sweep["notes"] == [note]
+    assert [(p["status"], p["verdict"]) for p in sweep["points"]] == [("ran", "PASS"), ("ran", "FAIL")]
+    for point in sweep["points"]:
+        run_dir = Path(point["run_dir"])
+        assert load_scenario(run_dir / "scenario.yaml").trials.budget is None
+        record = read_record(run_dir / "run.json", RunRecord)
+        assert sorted((e.variant, e.kind, e.repetition) for e in record.plan if e.kind == "timed") == [
+            ("candidate", "timed", 0), ("candidate", "timed", 1)]
+        assert point["numbers"]["tpot_ms"] > 0
+    assert not (tmp_path / "h.sqlite").exists() and git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
 # ---- a bisection that reuses the sweep's points ------------------------------------------------------

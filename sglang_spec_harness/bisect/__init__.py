@@ -1,8 +1,9 @@
 """`harness bisect`: find the commit of a source repository that broke a scenario's rules.
 
-`git.py` (the repository, a worktree per commit, git's own bisection), `plan.py` (what a step runs,
-under which scenario), `result.py` (the request, the steps and the outcome), `search.py` (the search
-that fills them in), `page.py` (the bisection's page).
+`git_bisect.py` (git's own bisection), `result.py` (the request, the steps and the outcome),
+`search.py` (the search that fills them in), `page.py` (the bisection's page). What a step runs, at
+which commit or release, and the run itself are `sglang_spec_harness.points`, which `harness sweep`
+shares.
 """
 
 from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Step

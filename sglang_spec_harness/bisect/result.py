@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_spec_harness.bisect.git import Commit
-from sglang_spec_harness.bisect.plan import StepPlan
-from sglang_spec_harness.bisect.reuse import StoredPoint
+from sglang_spec_harness.points.git import Commit
+from sglang_spec_harness.points.plan import PointPlan
+from sglang_spec_harness.points.reuse import StoredPoint
 from sglang_spec_harness.errors import EXIT_INCONCLUSIVE, EXIT_PASS
 from sglang_spec_harness.vocabulary import PASS, Verdict
 
@@ -56,7 +56,7 @@ class BisectRequest:
     out_root: Path = DEFAULT_OUT_ROOT
     releases: str | None = None  # releases: `A..B` instead of a repository
     environments: str = "auto"  # releases: which provider builds each release's environment
-    reuse: tuple[Path, ...] = ()  # sweep folders whose points may stand for runs (sglang_spec_harness.bisect.reuse)
+    reuse: tuple[Path, ...] = ()  # sweep folders whose points may stand for runs (sglang_spec_harness.points.reuse)
     overrides: tuple[str, ...] = ()  # `--set PATH=VALUE` on the scenario
 
     @property
@@ -97,7 +97,7 @@ class BisectResult:
     bad: Point  # releases: the newest
     commits_in_range: int  # releases: the releases in the range
     rules: list[str]
-    plan: StepPlan
+    plan: PointPlan
     out_dir: Path
     # found | not narrowed | bad passes | no change (releases) | cannot judge | interrupted | running
     status: str = "running"
@@ -112,6 +112,7 @@ class BisectResult:
     baseline_run_dir: Path | None = None
     interrupted_by: int | None = None
     stored: dict[str, StoredPoint] = field(default_factory=dict)  # `--reuse`: point -> a run that may stand for it
+    notes: list[str] = field(default_factory=list)  # what the bisection changed in the scenario (fixed_design)
 
     @property
     def max_steps(self) -> int:
@@ -146,6 +147,7 @@ class BisectResult:
             "baseline_run_dir": str(self.baseline_run_dir) if self.baseline_run_dir else None,
             "out_dir": str(self.out_dir), "report": str(self.out_dir / "index.html"), "exit_code": self.exit_code,
             "reuse": [str(p) for p in self.request.reuse], "overrides": list(self.request.overrides),
+            "notes": self.notes,
         }
         if self.request.axis == "releases":
             return {**common, "releases": self.releases, "environments": self.request.environments,

@@ -23,12 +23,14 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from sglang_spec_harness.bisect.git import BisectState, Commit, GitBisect, Repo, Worktrees
+from sglang_spec_harness.bisect.git_bisect import BisectState, GitBisect
 from sglang_spec_harness.bisect.page import write_page
-from sglang_spec_harness.bisect.plan import at_commit, choose_rules, paths_inside, step_plan
-from sglang_spec_harness.bisect.points import PointRunner, at_release, provider_for
 from sglang_spec_harness.bisect.result import BisectRequest, BisectResult, Point, Release, Step
-from sglang_spec_harness.bisect.reuse import stored_points, why_not_reusable
+from sglang_spec_harness.points.git import Commit, Repo, Worktrees
+from sglang_spec_harness.points.plan import choose_rules, fixed_design, point_plan
+from sglang_spec_harness.points.reuse import stored_points, why_not_reusable
+from sglang_spec_harness.points.runner import PointRunner
+from sglang_spec_harness.points.scenario_at import at_commit, at_release, paths_inside, provider_for
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
 from sglang_spec_harness.releases.environments import ReleaseUnavailable
@@ -37,7 +39,7 @@ from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.interrupts import interrupt_signum, signals_raise_interrupt
 from sglang_spec_harness.run.plan import with_run_seed
-from sglang_spec_harness.scenario import require_fixed_design, Scenario, load_scenario
+from sglang_spec_harness.scenario import Scenario, load_scenario
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, Verdict
 
 MARKS = {PASS: "good", FAIL: "bad", INCONCLUSIVE: "skip"}
@@ -76,7 +78,6 @@ class QuietBisect(BisectProgress):
 def _scenario_and_rules(request: BisectRequest) -> tuple[Scenario, list, str]:
     scenario = load_scenario(request.scenario_path, request.overrides)
     where = str(request.scenario_path)
-    require_fixed_design(scenario, where, "bisect")
     if request.variant not in scenario.variants:
         raise HarnessInputError(f"--variant {request.variant}: no such variant in {where} "
                                 f"(variants: {', '.join(scenario.variants)})")
@@ -109,10 +110,11 @@ def prepare(request: BisectRequest) -> tuple[Scenario, Repo | None, BisectResult
                                     "so every commit would run the same code (e.g. pythonpath: [/src/sglang/python])")
         good, bad, count, releases = repo.commit(good_hash), repo.commit(bad_hash), repo.count_between(good_hash, bad_hash), []
     # One seed for every run of the bisection: the subsets come from one plan and fit together.
-    scenario = with_run_seed(scenario.model_copy(update={"rules": rules}))
-    plan = step_plan(scenario, request.variant, rules, where)
+    scenario, note = fixed_design(with_run_seed(scenario.model_copy(update={"rules": rules})), rules, "bisect")
+    plan = point_plan(scenario, request.variant, rules, where)
     result = BisectResult(request=request, scenario=scenario.name, good=good, bad=bad, commits_in_range=count,
-                          rules=[r.name for r in rules], plan=plan, out_dir=Path(), releases=releases)
+                          rules=[r.name for r in rules], plan=plan, out_dir=Path(), releases=releases,
+                          notes=[note] if note else [])
     for folder in request.reuse:  # later folders win: the newest measurement of a point
         result.stored.update(stored_points(Path(folder)))
     return scenario, repo, result
@@ -218,7 +220,7 @@ class _Search:
         if stored is None:
             return False
         plan = self.result.plan
-        theirs, why = why_not_reusable(stored, scenario, self.variant, set(plan.once | plan.each_step), self.worktree)
+        theirs, why = why_not_reusable(stored, scenario, self.variant, set(plan.once | plan.each_point), self.worktree)
         if theirs is None:
             self.progress.note(f"{stored.run_dir}: not reused: {why}")
             return False

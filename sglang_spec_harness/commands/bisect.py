@@ -68,6 +68,8 @@ class BisectLines(RunsProgressLines):
         self.say(f"bisect {result.scenario}: variant {result.request.variant} {what}, at most "
                  f"{result.max_steps} steps without skips; rules: {', '.join(result.rules)}")
         self.say(f"  {result.plan.describe()}; output: {result.out_dir}")
+        for note in result.notes:
+            self.say(f"  note: {note}")
 
     def baseline_started(self, run_dir: Path) -> None:
         self.say(f"  trials that run once: {run_dir}")

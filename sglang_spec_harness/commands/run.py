@@ -10,11 +10,13 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglang_spec_harness.errors import one_line
+
+if TYPE_CHECKING:
+    from sglang_spec_harness.pipeline import RunOutcome
 
 
 def _positive_int(text: str) -> int:
@@ -143,39 +145,7 @@ def _ranges(values: list[int]) -> str:
     return ", ".join(out)
 
 
-# ---- after the run: the verdict and the report ---------------------------------------------------
-
-
-def evaluate_run_dir(run_dir: Path) -> int:
-    """After a run: the rules (results.json), the verdict on the terminal, the report, and the CI
-    job summary when $GITHUB_STEP_SUMMARY is set. Returns the verdict's exit code."""
-    from sglang_spec_harness.commands.check import print_results
-    from sglang_spec_harness.report import append_step_summary, build_report
-    from sglang_spec_harness.verdict.judge import check_run_dir
-
-    results = check_run_dir(run_dir)
-    print_results(results)
-    paths = build_report(run_dir)
-    append_step_summary(run_dir)
-    print(f"report: {paths.html}")
-    return int(results.exit_code)
-
-
-# ---- the command --------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _naming_the_file(path: Path, name: str) -> Iterator[None]:
-    """Engines say `scenario NAME: where: what` (they do not know the file): name the file instead."""
-    from sglang_spec_harness.errors import HarnessInputError
-
-    try:
-        yield
-    except HarnessInputError as exc:
-        prefix = f"scenario {name}: "
-        if not str(exc).startswith(prefix):
-            raise
-        raise HarnessInputError(f"{path}: {str(exc)[len(prefix):]}") from None
+# ---- the command: the run as a library call (sglang_spec_harness.pipeline), then what it says ----
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,101 +154,58 @@ def run(args: argparse.Namespace) -> int:
     # The whole command: an interrupt while the rules or the report run is one too (exit 128 + signal).
     with signals_raise_interrupt():
         if not args.json:
-            return _run(args, {})
+            return _run(args).exit_code
         out = sys.stdout
-        facts: dict[str, Any] = {}
         with contextlib.redirect_stdout(sys.stderr):
-            code = _run(args, facts)
-        print(json.dumps(outcome_json(facts, code), indent=2), file=out, flush=True)
-        return code
+            outcome = _run(args)
+        print(json.dumps(outcome.to_json_dict(), indent=2), file=out, flush=True)
+        return outcome.exit_code
 
 
-def outcome_json(facts: dict[str, Any], code: int) -> dict[str, Any]:
-    """`harness run --json`: what a CI step reads. `results` is the run's results.json (null when the
-    rules were not judged); a dry run gives its plan instead."""
-    from sglang_spec_harness.errors import HarnessInputError
-    from sglang_spec_harness.rundir import read_json
+def _run(args: argparse.Namespace) -> RunOutcome:
+    from sglang_spec_harness.pipeline import load_run_scenario, run_pipeline
 
-    run_dir: Path | None = facts.get("run_dir")
-    results = None
-    if run_dir is not None and (run_dir / "results.json").is_file():
-        with contextlib.suppress(HarnessInputError):  # unreadable: the run's own lines said why
-            results = read_json(run_dir / "results.json")
-    return {"schema_version": 1, "scenario": facts.get("scenario"), "status": facts.get("status"),
-            "run_dir": str(run_dir) if run_dir is not None else None,
-            "verdict": results.get("verdict") if isinstance(results, dict) else None, "exit_code": code,
-            "error": facts.get("error"), "results": results,
-            "report": str(run_dir / "index.html") if run_dir is not None and results is not None else None,
-            **({"plan": facts["plan"]} if "plan" in facts else {})}
-
-
-def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
-    from sglang_spec_harness.errors import EXIT_BAD_INPUT, EXIT_PASS
-    from sglang_spec_harness.extras import require_extras
-    from sglang_spec_harness.commands.progress import TerminalProgress, wants_bars
-    from sglang_spec_harness.run.execute import run_scenario
-    from sglang_spec_harness.scenario import load_scenario
-    from sglang_spec_harness.shipped import scenario_path as resolve_scenario
-
-    scenario_path = resolve_scenario(args.scenario)
-    scenario = load_scenario(scenario_path, args.overrides)
-    if args.repetitions is not None:
-        scenario = scenario.model_copy(
-            update={"trials": scenario.trials.model_copy(update={"repetitions": args.repetitions})}
-        )
-    facts["scenario"] = scenario.name
-
+    scenario, path = load_run_scenario(args.scenario, args.overrides, args.repetitions)
     if args.dry_run:
-        with _naming_the_file(scenario_path, scenario.name):
-            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, dry_run=True)
-        print_plan(scenario, result, aa=args.aa)
-        facts.update(status="planned", plan={
-            "mode": result.mode, "trials": [t.dir_name for t in result.plan],
-            "launches": [launch.dir_name for launch in result.launches],
-            "commands": {arm: command.shell() for arm, command in result.commands.items()}})
-        return EXIT_PASS
-    # Before any server starts: the report comes after the last trial, too late to say it cannot be written.
-    # A micro engine's servers run in this interpreter unless a variant names another (which then needs [micro]).
-    in_this_python = scenario.engine == "micro" and not any(v.python for v in scenario.variants.values())
-    require_extras(*(["micro"] if in_this_python else []), "report")
+        outcome = run_pipeline(scenario, path, out_root=Path(args.out), aa=args.aa, dry_run=True)
+        print_plan(scenario, outcome.run, aa=args.aa)
+        return outcome
+    from sglang_spec_harness.commands.progress import TerminalProgress, wants_bars
 
     progress = TerminalProgress(bars=wants_bars(args.no_progress))
     try:
-        with _naming_the_file(scenario_path, scenario.name):
-            # the report's modules (matplotlib) load while the first server comes up, not after the last trial
-            result = run_scenario(scenario, scenario_path, out_root=Path(args.out), aa=args.aa, progress=progress,
-                                  port=args.port, also_import=("sglang_spec_harness.report.html",))
+        outcome = run_pipeline(scenario, path, out_root=Path(args.out), aa=args.aa, progress=progress, port=args.port,
+                               step_summary=True)
     finally:
         progress.stop()
-    facts.update(run_dir=result.run_dir, status=result.status, error=result.error)
-    where = f"; results so far: {result.run_dir}" if result.run_dir is not None else ""
-    if result.interrupted_by is not None:
-        if result.status == "complete":  # interrupted after the last trial: measured, not checked
-            print(f"harness run: interrupted after the last trial: the run is complete, not checked "
-                  f"(harness check {result.run_dir}){where}", file=sys.stderr)
-        else:
-            print(f"harness run: interrupted: {result.error}{where}", file=sys.stderr)
-        return int(result.exit_code or 130)
-    if result.status != "complete":
-        if result.run_dir is not None and (result.run_dir / "run.json").is_file():
-            # The verdict and report of what was measured: the verdict is INCONCLUSIVE at best.
-            try:
-                evaluate_run_dir(result.run_dir)
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:  # the run's own error below is what matters
-                print(f"harness run: the verdict/report of the incomplete run failed: {one_line(exc)}", file=sys.stderr)
-        for line in result.log_tail[-10:]:
-            print(f"  server.log | {one_line(line)}", file=sys.stderr)
-        print(f"harness run: INCONCLUSIVE (run incomplete): {result.error}{where}", file=sys.stderr)
-        return result.exit_code or 3
-    assert result.run_dir is not None  # a complete run has its directory (only a dry run has none)
-    try:
-        code = evaluate_run_dir(result.run_dir)
-    except OSError as exc:  # e.g. the disk filled up after the last trial: the measurements are whole
-        print(f"harness run: the run is complete but its verdict or report could not be written "
-              f"({one_line(exc)}); free space, then: harness check {result.run_dir}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(f"results: {result.run_dir}")
-    return code
+    print_outcome(outcome)
+    return outcome
 
+
+def print_outcome(outcome: RunOutcome) -> None:
+    """After a run: the rule table and the verdict, the report, and why a run did not complete or
+    could not be checked (on stderr)."""
+    if outcome.results is not None:
+        from sglang_spec_harness.commands.check import print_results
+
+        print_results(outcome.results)
+        if outcome.report is not None:
+            print(f"report: {outcome.report}")
+    where = f"; results so far: {outcome.run_dir}" if outcome.run_dir is not None else ""
+    if outcome.interrupted_by is not None:
+        if outcome.status == "complete":  # interrupted after the last trial: measured, not checked
+            print(f"harness run: interrupted after the last trial: the run is complete, not checked "
+                  f"(harness check {outcome.run_dir}){where}", file=sys.stderr)
+        else:
+            print(f"harness run: interrupted: {outcome.error}{where}", file=sys.stderr)
+    elif outcome.status != "complete":
+        if outcome.evaluation_error is not None:  # the run's own error below is what matters
+            print(f"harness run: verdict/report of the incomplete run failed: {outcome.evaluation_error}", file=sys.stderr)
+        for line in outcome.run.log_tail[-10:]:
+            print(f"  server.log | {one_line(line)}", file=sys.stderr)
+        print(f"harness run: INCONCLUSIVE (run incomplete): {outcome.error}{where}", file=sys.stderr)
+    elif outcome.evaluation_error is not None:  # e.g. the disk filled up after the last trial: the measurements are whole
+        print(f"harness run: the run is complete but its verdict or report could not be written "
+              f"({outcome.evaluation_error}); free space, then: harness check {outcome.run_dir}", file=sys.stderr)
+    else:
+        print(f"results: {outcome.run_dir}")

@@ -53,6 +53,8 @@ class SweepLines(RunsProgressLines):
         self.say(f"sweep {result.scenario}: variant {result.request.variant} at {len(labels)} point(s) "
                  f"({labels[0]} .. {labels[-1]}), environments: {result.environments}; rules: {', '.join(result.rules)}")
         self.say(f"  output: {result.out_dir}")
+        for note in result.notes:
+            self.say(f"  note: {note}")
 
     def baseline_started(self, run_dir: Path) -> None:
         self.say(f"  trials that run once: {run_dir}")
@@ -99,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     from sglang_spec_harness.extras import require_extras
 
     require_extras("report", *([] if args.no_history else ["history"]))
-    from sglang_spec_harness.history.sweep import SweepRequest, run_sweep
+    from sglang_spec_harness.sweep.result import SweepRequest
+    from sglang_spec_harness.sweep.run import run_sweep
 
     request = SweepRequest(scenario_path=Path(args.scenario), releases=args.releases,
                            source=Path(args.source) if args.source else None, revisions=tuple(args.revisions),

@@ -96,9 +96,11 @@ def same_file(a: Path, b: Path) -> bool:
 
 
 def worktrees_used(out: Path) -> set[Path]:
-    """The worktrees the step servers ran from (their PYTHONPATH, on the first line of server.log)."""
+    """The worktrees the step servers ran from (their PYTHONPATH, on the first line of server.log: a
+    trial's in restart mode, a launch's in the warm modes)."""
     paths = set()
-    for log in out.glob("*/steps/*/trials/*-candidate-profiled/server.log"):
+    logs = [*out.glob("*/steps/*/trials/*-candidate-profiled/server.log"), *out.glob("*/steps/*/launches/*-candidate-*/server.log")]
+    for log in logs:
         first = log.read_text().splitlines()[0]
         entry = first.split("PYTHONPATH=", 1)[1].split(":", 1)[0]
         paths.add(Path(entry).parent)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_spec_harness.bisect.plan import Need
+from sglang_spec_harness.points.plan import Need
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import write_text_atomic
 from sglang_spec_harness.run.combine import link_tree

@@ -1,22 +1,21 @@
-"""What a bisection step runs, and the scenario it runs under.
+"""What a point of a bisection or a sweep runs: the rules it is judged by, and which trials run once
+and which at every point.
 
 Which trials a rule needs (by kind):
 - `kernel_count`: a profiled pass of each variant it names; one that expects zero also the baseline's
   (the rule is INCONCLUSIVE unless the baseline shows the pattern: the analysis could be blind);
 - `output_identity`: a profiled pass of both arms: they send the same prompts, and a run without
-  timed trials compares those (`sglang_spec_harness.verdict.evidence.output_source`). One server launch per step
+  timed trials compares those (`sglang_spec_harness.verdict.evidence.output_source`). One server launch per point
   then serves both the kernel counts and the outputs, where a timed part would add launches;
 - `accept_length`, `tpot_gain`: timed trials of both arms; `explained_gain`: timed and profiled.
 Rules that need only profiled passes are exact (counts, token ids): the arms that do not change
-between commits run once, and each step runs only the bisected variant. A rule that needs timed
-trials is a statistical comparison: both arms run at every step, interleaved in time as in any run.
+between points run once, and each point runs only the variant that moves. A rule that needs timed
+trials is a statistical comparison: both arms run at every point, interleaved in time as in any run.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.run.plan import TrialKind, make_plan
@@ -59,18 +58,18 @@ def judged_arms(scenario: Scenario, rule: Rule) -> set[str]:
 
 
 @dataclass(frozen=True)
-class StepPlan:
-    """Which trials run once (the arms that do not change) and which at every commit."""
+class PointPlan:
+    """Which trials run once (the arms that do not change) and which at every point."""
 
     rules: list[Rule]
-    once: frozenset[Need]  # run before the first step, adopted by every step's run directory
-    each_step: frozenset[Need]
-    statistical: bool  # a rule needs timed trials: full A/B at each step, INCONCLUSIVE retried
+    once: frozenset[Need]  # run before the first point, adopted by every point's run directory
+    each_point: frozenset[Need]
+    statistical: bool  # a rule needs timed trials: full A/B at each point (bisect retries INCONCLUSIVE)
 
     def describe(self) -> str:
         def fmt(needs: frozenset[Need]) -> str:
             return ", ".join(f"{arm} {kind}" for arm, kind in sorted(needs)) or "nothing"
-        return f"once: {fmt(self.once)}; each step: {fmt(self.each_step)}"
+        return f"once: {fmt(self.once)}; each point: {fmt(self.each_point)}"
 
 
 def choose_rules(scenario: Scenario, variant: str, names: list[str], where: str) -> list[Rule]:
@@ -93,7 +92,7 @@ def choose_rules(scenario: Scenario, variant: str, names: list[str], where: str)
     return chosen
 
 
-def step_plan(scenario: Scenario, variant: str, rules: list[Rule], where: str) -> StepPlan:
+def point_plan(scenario: Scenario, variant: str, rules: list[Rule], where: str) -> PointPlan:
     needs: set[Need] = set().union(*(rule_needs(scenario, rule) for rule in rules))
     statistical = any(kind == "timed" for _, kind in needs)
     mine = frozenset(need for need in needs if need[0] == variant)
@@ -102,24 +101,22 @@ def step_plan(scenario: Scenario, variant: str, rules: list[Rule], where: str) -
     if not make_plan(scenario, select=each).trials:
         raise HarnessInputError(f"{where}: trials: the plan has no {' or '.join(sorted({k for _, k in each}))} trials "
                                 f"of variant {variant!r} (trials.profiled: {scenario.trials.profiled}), which the rules need")
-    return StepPlan(rules=rules, once=once, each_step=each, statistical=statistical)
+    return PointPlan(rules=rules, once=once, each_point=each, statistical=statistical)
 
 
-def _absolute(entry: str) -> Path:
-    return Path(os.path.realpath(Path(entry).expanduser()))
-
-
-def paths_inside(scenario: Scenario, variant: str, repo_root: Path) -> list[str]:
-    """The variant's `pythonpath` entries that lie inside the repository."""
-    return [entry for entry in scenario.variants[variant].pythonpath if _absolute(entry).is_relative_to(repo_root)]
-
-
-def at_commit(scenario: Scenario, variant: str, repo_root: Path, worktree: Path, label: str) -> Scenario:
-    """The scenario with the variant's `pythonpath` entries inside the repository moved into the
-    worktree (its `patches:` are imported from there too), its description naming the commit."""
-    spec = scenario.variants[variant]
-    moved = [str(worktree / _absolute(entry).relative_to(repo_root)) if _absolute(entry).is_relative_to(repo_root)
-             else entry for entry in spec.pythonpath]
-    description = f"{spec.description} [{label}]".strip()
-    variants = {**scenario.variants, variant: spec.model_copy(update={"pythonpath": moved, "description": description})}
-    return scenario.model_copy(update={"variants": variants})
+def fixed_design(scenario: Scenario, rules: list[Rule], command: str, *, timed: bool = False) -> tuple[Scenario, str | None]:
+    """The scenario without its adaptive design (`trials.budget`), and a one-line note when that
+    matters. bisect and sweep run each point in parts (the baseline once, the variant per point),
+    which an adaptive design cannot follow: its stages depend on the looks before them. Exact rules
+    need no timing design (the profiled passes are the same); where timed trials run (a rule that
+    reads them, or `timed`: a sweep's TPOT series), they follow the scenario's fixed design, its
+    first stage: `repetitions` rounds over `launches` per arm."""
+    spec = scenario.trials
+    if spec.budget is None:
+        return scenario, None
+    fixed = scenario.model_copy(update={"trials": spec.model_copy(update={"budget": None})})
+    if not (timed or any(kind == "timed" for rule in rules for _, kind in rule_needs(scenario, rule))):
+        return fixed, None
+    return fixed, (f"trials.budget (an adaptive design) set aside: harness {command} runs each point in parts, so its "
+                   f"timed trials follow the scenario's fixed design: {spec.repetitions} rounds, "
+                   f"{spec.launches_per_arm} launch(es) per arm")
