@@ -94,6 +94,8 @@ class Selection:
     ones_stmt: ast.stmt | None = None
     index_var: str = ""
     prob_var: str = ""
+    # names the method assigns: a local never stands for the module's flag of the same name
+    local_names: frozenset[str] = frozenset()
 
     def when(self) -> str:
         """The enclosing tests as one condition (`always` when there is none)."""
@@ -228,6 +230,10 @@ def find_selections(func_def: ast.FunctionDef, where: str) -> list[Selection]:
     selections = [_inline_pair(call, guards, block, at, where) for call, guards, block, at in found.argmax]
     selections += [Selection(call.func.id, call.lineno, guards, call)  # type: ignore[attr-defined]
                    for call, guards in found.helper_calls]
+    assigned = frozenset(n.id for n in ast.walk(func_def) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    assigned |= {a.arg for a in ast.walk(func_def.args) if isinstance(a, ast.arg)}
+    for selection in selections:
+        selection.local_names = assigned
     if not selections:
         helpers = " or ".join(DRAFT_CODE["helpers"])
         raise HarnessPatchError(f"{where}: no topk==1 selection: no {ARGMAX_FORM} followed by {ONES_FORM}, "
@@ -271,6 +277,7 @@ def _deciding_flags(expr: ast.expr, flags: dict[str, bool]) -> list[str]:
 def reached(selection: Selection, flags: dict[str, bool]) -> tuple[bool | None, str]:
     """Whether a process with these module flags runs the selection: (False, the deciding flags)
     when one of its guards is known to exclude it; (None, "") when it depends on run-time values."""
+    flags = {name: value for name, value in flags.items() if name not in selection.local_names}
     verdict: bool | None = True
     for test, body in selection.guards:
         value = _truth(test, flags)
