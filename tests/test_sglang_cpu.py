@@ -22,13 +22,13 @@ import yaml
 
 from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT
 from sglang_spec_harness.errors import HarnessInputError
-from sglang_spec_harness.run.environment import require_engine
+from sglang_spec_harness.run.environment import collect_environment, require_engine
 from sglang_spec_harness.run.execute import run_scenario
 from sglang_spec_harness.run.progress import RunProgress
-from sglang_spec_harness.rundir import EnvironmentRecord
 from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
 from sglang_spec_harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR
 from sglang_spec_harness.sglang_cpu.install import is_current, read_stamp, venv_python
+from support import sglang_wheel
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"
@@ -109,6 +109,9 @@ def smaller(data: dict, *, repetitions: int) -> None:
 # verdict is the one its own interval gives, not which verdict it is; the rules that decide whether
 # the fast path is in place are exact, and those must PASS.
 CI_ROUNDS = 6
+# the draft code of 0.5.23 as the baseline patch recognises it (sglang_spec_harness.patches.draft_shape)
+SHAPE_0_5_23 = ("draft_forward: draft_topk1_postprocess + inline argmax | "
+                "_draft_extend_for_decode: draft_topk1_argmax_only + inline argmax")
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +148,9 @@ def test_the_exact_rules_pass_on_the_real_server_and_the_tpot_verdict_is_its_int
         facts = environment["variants"][variant]
         assert facts["sglang"]["version"] == SGLANG_VERSION
         assert facts["executable"] == str(venv_python(INSTALL))
+    # what the baseline patch recognised in the baseline's SGLang, before its servers started
+    assert environment["variants"]["baseline"]["draft_shape"]["shape"] == SHAPE_0_5_23
+    assert "draft_shape" not in environment["variants"]["candidate"]
 
 
 @pytest.mark.real_sglang
@@ -179,6 +185,7 @@ def test_the_patch_and_the_shims_are_in_every_server_and_only_where_named(scenar
         applied = [line for line in log.splitlines() if line.startswith("harness patch applied:")]
         if "baseline" in name:
             assert len(applied) == 1, name  # the scheduler, the one process that imports the worker
+            assert f"shape [{SHAPE_0_5_23}]" in applied[0]
             assert "EagleDraftWorker.draft_forward: inline torch.argmax -> softmax + fast_topk" in applied[0]
             assert "EagleDraftWorker._draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk" in applied[0]
         else:
@@ -339,7 +346,7 @@ def test_another_sglang_version_is_one_line(tmp_path):
                                    f"server.sglang_version is 0.5.23 (set it up with: make sglang-cpu)")
 
 
-def test_a_release_whose_draft_code_the_baseline_patch_does_not_know_is_one_line(tmp_path):
+def test_draft_code_the_baseline_patch_does_not_recognise_is_one_line_before_any_server(tmp_path):
     fake = tmp_path / "src" / "sglang"
 
     def newer_sglang(data: dict) -> None:
@@ -349,25 +356,61 @@ def test_a_release_whose_draft_code_the_baseline_patch_does_not_know_is_one_line
     path = derived_scenario(tmp_path, "new_sglang", newer_sglang)
     proc = harness_cli("run", str(path), "--out", str(tmp_path / "runs"), timeout=300)
     assert proc.returncode == 2 and not (tmp_path / "runs").exists(), proc.stdout + proc.stderr
-    line = proc.stderr.strip()
-    assert line.startswith(f"harness run: {path}: variants.baseline: SGLang 0.5.99 at {fake}: the baseline patch "
-                           "sglang_spec_harness.patches.sglang_restore_topk1_softmax knows the draft code of SGLang 0.5.23 only. "
-                           "To add 0.5.99: a row in SGLANG_LAYOUTS in sglang_spec_harness/patches/sglang_restore_topk1_softmax.py")
-    assert "HARNESS_SGLANG_LAYOUT" in line and "\n" not in line
-    # a layout named for it: known passes this check (the server then tells), unknown is one line too
-    env = {"baseline": {"HARNESS_SGLANG_LAYOUT": "0.5.23"}}
-    scenario = load_scenario(path)
-    facts = {"executable": sys.executable, "sglang": {"version": "0.5.99", "path": str(fake)}}
-    record = EnvironmentRecord(engine="sglang", variants={"candidate": facts})
-    require_engine(scenario, record)  # the candidate has no restore patch: any release
-    named = scenario.model_copy(update={"variants": {
-        **scenario.variants, "baseline": scenario.variants["baseline"].model_copy(update={"env": env["baseline"]})}})
-    require_engine(named, EnvironmentRecord(engine="sglang", variants={"baseline": facts}))
-    wrong = named.model_copy(update={"variants": {
-        **named.variants, "baseline": named.variants["baseline"].model_copy(update={"env": {"HARNESS_SGLANG_LAYOUT": "0.4"}})}})
-    with pytest.raises(HarnessInputError, match=r"variants.baseline: HARNESS_SGLANG_LAYOUT='0.4' is not a layout the "
-                                                r"baseline patch knows \(known: 0.5.23;"):
-        require_engine(wrong, EnvironmentRecord(engine="sglang", variants={"baseline": facts}))
+    worker = fake / "srt" / "speculative" / "eagle_worker_v2.py"
+    assert proc.stderr.strip() == (
+        f"harness run: {path}: variants.baseline: SGLang 0.5.99 at {fake}: the baseline patch "
+        "sglang_spec_harness.patches.sglang_restore_topk1_softmax does not recognise its draft code: no EAGLE draft "
+        f"worker the patch knows: sglang.srt.speculative.eagle_worker_v2 ({worker}: No such file or directory) "
+        "(docs/gpu.md, 'The baseline patch')")
+
+
+def test_the_draft_shape_is_recognised_from_the_files_and_recorded_for_environment_json(tmp_path):
+    # SGLang 0.5.23's real worker file in a release the harness has never heard of: its shape decides
+    real_worker = sglang_wheel.source_root_or_skip() / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py"
+    fake = tmp_path / "src" / "sglang"
+
+    def newer_sglang(data: dict) -> None:
+        data["server"]["sglang_version"] = "0.5.99"
+        fake_sglang(tmp_path, "0.5.99", data)
+
+    scenario = load_scenario(derived_scenario(tmp_path, "new_sglang", newer_sglang))
+    worker = fake / "srt" / "speculative" / "eagle_worker_v2.py"
+    worker.parent.mkdir(parents=True)
+    source = real_worker.read_text()
+    worker.write_text(source)
+    environment = collect_environment(scenario)
+    require_engine(scenario, environment)
+    shape = environment.variants["baseline"]["draft_shape"]
+    assert shape["patch"] == "sglang_spec_harness.patches.sglang_restore_topk1_softmax"
+    assert shape["worker"] == "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
+    assert shape["shape"] == ("draft_forward: draft_topk1_postprocess + inline argmax | "
+                              "_draft_extend_for_decode: draft_topk1_argmax_only + inline argmax")
+    assert shape["selections"]["draft_forward"] == [
+        {"kind": "draft_topk1_postprocess", "line": 869,
+         "when": "not needs_draft_probs and self.topk == 1 and (_is_cuda or _is_hip)"},
+        {"kind": "inline argmax", "line": 876, "when": "not needs_draft_probs and self.topk == 1 and not (_is_cuda or _is_hip)"}]
+    assert "draft_shape" not in environment.variants["candidate"]  # no restore patch: nothing to recognise
+
+    # the same release with the CPU pair's second statement gone: one line naming it, before any server
+    worker.write_text(source.replace("                        topk_p = torch.ones_like(topk_index, dtype=torch.float32)\n", "", 1))
+    with pytest.raises(HarnessInputError) as missing:
+        require_engine(scenario, collect_environment(scenario))
+    assert str(missing.value) == (
+        f"scenario new_sglang: variants.baseline: SGLang 0.5.99 at {fake}: the baseline patch "
+        "sglang_spec_harness.patches.sglang_restore_topk1_softmax does not recognise its draft code: "
+        "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker.draft_forward: no `X = torch.argmax(LOGITS, dim=-1, "
+        "keepdim=True)` followed by `P = torch.ones_like(X, dtype=torch.float32)`: `topk_index = torch.argmax("
+        "logits_output.next_token_logits, dim=-1, keepdim=True)` (line 876) has no `P = torch.ones_like(topk_index, "
+        "...)` after it in its block (docs/gpu.md, 'The baseline patch')")
+
+    # the table row a version once needed is gone: a scenario that still names it is told so
+    worker.write_text(source)
+    baseline = scenario.variants["baseline"]
+    stale = scenario.model_copy(update={"variants": {
+        **scenario.variants, "baseline": baseline.model_copy(update={"env": {"HARNESS_SGLANG_LAYOUT": "0.5.23"}})}})
+    with pytest.raises(HarnessInputError, match=r"^scenario new_sglang: variants.baseline: env HARNESS_SGLANG_LAYOUT is no "
+                                                r"longer read: the baseline patch recognises SGLang's draft code by its shape"):
+        require_engine(stale, collect_environment(stale))
 
 
 def test_the_scenarios_relative_paths_are_its_own(tmp_path):

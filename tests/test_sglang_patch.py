@@ -1,12 +1,13 @@
 """The patch bootstrap and the restore-softmax patch's failure modes, in real child interpreters.
 
 SGLang's real 0.5.23 code is the reference for what the patch does: tests/test_sglang_real_wheel.py
-runs it against the wheel's own worker module and Triton kernels. This module keeps what a
-released wheel cannot show: how the patch fails when SGLang's code changes shape (a renamed
-helper, a new parameter, a moved call site, a vanished inline argmax), and the bootstrap's
-mechanics (chained sitecustomize, spawned children, reloads). The fake `sglang` package below
-has the 0.5.23 layout of everything the patch touches, with torch CPU code in place of the
-Triton kernels, so each case is a one-line edit of it.
+runs it against the wheel's own worker module and Triton kernels, planted variations of that code
+included. This module keeps what a released wheel cannot show: how the patch fails when
+SGLang's code changes shape (a helper gone, a new parameter, a call that does not fit, a moved
+call site, a selection gone or in another form), and the bootstrap's mechanics (chained
+sitecustomize, spawned children, reloads). The fake `sglang` package below has the 0.5.23 shape
+of everything the patch touches, with torch CPU code in place of the Triton kernels, so each case
+is a one-line edit of it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 
 from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
 from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
-from sglang_spec_harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
+from sglang_spec_harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, PATCH_FAILURE_EXIT_CODE
 
 pytest.importorskip("torch")
 
@@ -146,7 +147,7 @@ def replaced(text: str, old: str, new: str) -> str:
 
 
 def child_env(pythonpath: list[Path], patches: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PATCHES_ENV, APPLIED_ENV, LAYOUT_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PATCHES_ENV, APPLIED_ENV)}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     env["PYTHONNOUSERSITE"] = "1"
     if patches is not None:
@@ -161,11 +162,13 @@ def run_child(args: list[str], *, pythonpath: list[Path], patches: str | None, c
     )
 
 
-BROKEN_LAYOUTS = {
-    # the worker no longer imports the helper (renamed upstream)
+EXTEND_ARGMAX = "ret_topk_index = torch.argmax(\n                draft_logits_output.next_token_logits, dim=-1, keepdim=True\n            )"
+EXTEND_ONES = "ret_topk_p = torch.ones_like(ret_topk_index, dtype=torch.float32)"
+
+BROKEN_SHAPES = {
+    # draft_forward calls the helper, but the worker no longer imports it (renamed upstream)
     "missing_helper": (
-        lambda: {"worker": replaced(replaced(FAKE_WORKER, "    draft_topk1_postprocess,\n", ""),
-                                    "= draft_topk1_postprocess(", "= draft_topk1_argmax_only(")},
+        lambda: {"worker": replaced(FAKE_WORKER, "    draft_topk1_postprocess,\n", "")},
         "has no attribute 'draft_topk1_postprocess'",
     ),
     # the helper grew a parameter: its contract may have changed
@@ -173,26 +176,42 @@ BROKEN_LAYOUTS = {
         lambda: {"topk1": replaced(FAKE_TOPK1, "draft_token_column=0)", "draft_token_column=0, hot_token_id=None)")},
         "draft_topk1_postprocess has parameters (next_token_logits, positions, draft_tokens, draft_token_column, hot_token_id)",
     ),
-    # draft_forward selects through something else now (the helper is still imported)
+    # the call passes an argument the replacement does not take
+    "call_does_not_fit": (
+        lambda: {"worker": replaced(FAKE_WORKER, "                        i + 1,\n", "                        i + 1,\n                        fused=True,\n")},
+        "does not fit draft_topk1_postprocess's parameters (next_token_logits, positions, draft_tokens, draft_token_column)",
+    ),
+    # draft_forward selects through something else on CUDA now: its only selection is the CPU one
     "moved_call_site": (
         lambda: {"worker": replaced(FAKE_WORKER, "= draft_topk1_postprocess(", "= self._select_topk1(")},
-        "EagleDraftWorker.draft_forward does not call draft_topk1_postprocess",
+        "EagleDraftWorker.draft_forward: none of its topk==1 selections runs here (inline argmax at line 31, excluded by _is_cuda)",
     ),
-    # _draft_extend_for_decode no longer has the inline argmax (e.g. it calls a kernel on CUDA too)
-    "inline_argmax_gone": (
-        lambda: {"worker": replaced(
-            FAKE_WORKER,
-            "ret_topk_index = torch.argmax(\n                draft_logits_output.next_token_logits, dim=-1, keepdim=True\n            )",
-            "_, ret_topk_index = draft_topk1_argmax_only(draft_logits_output.next_token_logits)",
-        )},
-        "expected one `ret_topk_index = torch.argmax(...)`, found 0",
+    # _draft_extend_for_decode selects with a new kernel on CUDA: only the ROCm helper is left
+    "extend_selects_elsewhere": (
+        lambda: {"worker": replaced(replaced(FAKE_WORKER, EXTEND_ARGMAX, "ret_topk_p, ret_topk_index = draft_topk1_cuda(\n"
+                                             "                draft_logits_output.next_token_logits\n            )"),
+                                    EXTEND_ONES, "pass")},
+        "EagleDraftWorker._draft_extend_for_decode: none of its topk==1 selections runs here (draft_topk1_argmax_only at "
+        "line 44, excluded by not _is_hip)",
+    ),
+    # the pair lost its second statement
+    "ones_like_gone": (
+        lambda: {"worker": replaced(FAKE_WORKER, EXTEND_ONES, "ret_topk_p = None")},
+        "EagleDraftWorker._draft_extend_for_decode: no `X = torch.argmax(LOGITS, dim=-1, keepdim=True)` followed by "
+        "`P = torch.ones_like(X, dtype=torch.float32)`: `ret_topk_index = torch.argmax(",
+    ),
+    # an argmax in another form: the patch cannot tell it from a fast path it would leave in place
+    "argmax_in_another_form": (
+        lambda: {"worker": replaced(FAKE_WORKER, "topk_index = torch.argmax(logits, dim=-1, keepdim=True)",
+                                    "topk_index = logits.argmax(dim=-1, keepdim=True)")},
+        "`logits.argmax(dim=-1, keepdim=True)` is an argmax the patch does not recognise",
     ),
 }
 
 
-@pytest.mark.parametrize("case", sorted(BROKEN_LAYOUTS))
-def test_unexpected_sglang_layout_fails_the_process_with_one_clear_line(tmp_path, case):
-    make_sources, expected = BROKEN_LAYOUTS[case]
+@pytest.mark.parametrize("case", sorted(BROKEN_SHAPES))
+def test_unexpected_sglang_shape_fails_the_process_with_one_clear_line(tmp_path, case):
+    make_sources, expected = BROKEN_SHAPES[case]
     fake = write_fake_sglang(tmp_path / "fake", **make_sources())
     proc = run_child(["-c", f"import {WORKER_MODULE}\nprint('fast path ran')"],
                      pythonpath=[fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT],
@@ -204,17 +223,6 @@ def test_unexpected_sglang_layout_fails_the_process_with_one_clear_line(tmp_path
     assert len(failed) == 1 and proc.stderr.rstrip().endswith(failed[0]), proc.stderr
     assert expected in failed[0]
     assert "SGLang 0.5.23" in failed[0] and "sglang_restore_topk1_softmax" in failed[0]
-
-
-def test_unknown_layout_fails_at_startup(tmp_path):
-    fake = write_fake_sglang(tmp_path / "fake")
-    env = child_env([fake, PATCH_BOOTSTRAP_DIR, HARNESS_SOURCE_ROOT], RESTORE_TOPK1_SOFTMAX_PATCH)
-    env[LAYOUT_ENV] = "0.4.0"
-    proc = subprocess.run([sys.executable, "-c", "print('started')"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == PATCH_FAILURE_EXIT_CODE and "started" not in proc.stdout
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "HARNESS_SGLANG_LAYOUT='0.4.0' is not a known SGLang layout" in lines[0]
 
 
 def test_bootstrap_fails_clearly_when_a_patch_module_cannot_be_imported(tmp_path):
@@ -336,5 +344,5 @@ def test_rocm_only_helper_mismatch_is_reported_not_fatal_off_rocm(tmp_path):
     applied = [line for line in proc.stderr.splitlines() if line.startswith("harness patch applied:")]
     assert len(applied) == 1
     assert f"{WORKER_MODULE}.draft_topk1_postprocess -> softmax + fast_topk" in applied[0]
-    assert f"{WORKER_MODULE}.draft_topk1_argmax_only left as is (ROCm only" in applied[0]
+    assert f"{WORKER_MODULE}.draft_topk1_argmax_only left as is (not reached here: not _is_hip; " in applied[0]
     assert "_draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk" in applied[0]

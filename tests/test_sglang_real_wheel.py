@@ -12,7 +12,10 @@ the baseline and the candidate chose, wrote and called.
 from __future__ import annotations
 
 import ast
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,7 +25,7 @@ import pytest
 
 from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, PATCH_BOOTSTRAP_DIR, PATCHES_ENV
 from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
-from sglang_spec_harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, LAYOUT_ENV, PATCH_FAILURE_EXIT_CODE
+from sglang_spec_harness.patches.sglang_restore_topk1_softmax import APPLIED_ENV, PATCH_FAILURE_EXIT_CODE
 
 from support import sglang_wheel
 from support import sglang_wheel_probe as probe
@@ -40,7 +43,7 @@ def wheel_root() -> Path:
 
 
 def child_env(patched: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PATCHES_ENV, APPLIED_ENV, LAYOUT_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PATCHES_ENV, APPLIED_ENV)}
     path = [TESTS_DIR, HARNESS_SOURCE_ROOT]
     if patched:
         path.insert(0, PATCH_BOOTSTRAP_DIR)
@@ -118,21 +121,25 @@ def test_patch_applies_through_the_bootstrap_at_every_site(probes, platform):
     result = probes[(platform, True)]
     applied = [line for line in result["stderr"].splitlines() if line.startswith("harness patch applied:")]
     assert len(applied) == 1, result["stderr"]
-    for site in ("eagle_worker_v2.draft_topk1_postprocess -> softmax + fast_topk",
-                 "eagle_worker_v2.draft_topk1_argmax_only -> softmax + fast_topk",
-                 "EagleDraftWorker._draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk"):
+    assert applied[0].startswith("harness patch applied: sglang_restore_topk1_softmax: shape [draft_forward: "
+                                 "draft_topk1_postprocess + inline argmax | _draft_extend_for_decode: "
+                                 "draft_topk1_argmax_only + inline argmax]: ")
+    for site in ("eagle_worker_v2.draft_topk1_postprocess -> softmax + fast_topk (called by EagleDraftWorker.draft_forward)",
+                 "eagle_worker_v2.draft_topk1_argmax_only -> softmax + fast_topk (called by "
+                 "EagleDraftWorker._draft_extend_for_decode)"):
         assert site in applied[0]
-    # draft_forward's inline argmax is the CPU engine's; on CUDA and ROCm SGLang's own method stays
-    cpu_site = "EagleDraftWorker.draft_forward: inline torch.argmax -> softmax + fast_topk"
-    left = "EagleDraftWorker.draft_forward left as is (its inline argmax is not reached here: "
-    if platform == "cpu":
-        assert cpu_site in applied[0] and left not in applied[0]
-    else:
-        assert cpu_site not in applied[0] and f"{left}_is_{platform})" in applied[0]
+    # Each inline argmax is recompiled where the process reaches it: draft_forward's is the CPU
+    # engine's (on CUDA and ROCm SGLang's own method stays), _draft_extend_for_decode's runs off ROCm.
+    for method, runs_here, left_because in (("draft_forward", platform == "cpu", f"_is_{platform}"),
+                                             ("_draft_extend_for_decode", platform != "hip", "_is_hip")):
+        rewritten = f"EagleDraftWorker.{method}: inline torch.argmax -> softmax + fast_topk"
+        left = f"EagleDraftWorker.{method} left as is (its inline argmax is not reached here: {left_because})"
+        assert (rewritten in applied[0], left in applied[0]) == (runs_here, not runs_here), (method, applied[0])
     assert result["forward_patched"] == (platform == "cpu")
-    assert "(SGLang 0.5.23, layout 0.5.23," in applied[0]
+    assert result["method_patched"] == (platform != "hip")
+    assert applied[0].endswith(f"(SGLang 0.5.23, pid {result['pid']})")
     assert result["applied_env"] == "sglang_restore_topk1_softmax"
-    assert not result["postprocess_is_real"] and not result["argmax_only_is_real"] and result["method_patched"]
+    assert not result["postprocess_is_real"] and not result["argmax_only_is_real"]
     # StandaloneDraftWorker (--speculative-algorithm STANDALONE) inherits the patched method
     assert result["standalone_shares_method"]
 
@@ -238,6 +245,119 @@ def test_rewritten_method_reports_the_real_line_numbers(probes, wheel_root):
     assert "argmax" not in names and "ones_like" not in names
 
 
+# ---- the real code, planted with the changes a release or a PR could make ---------------------------------
+# The patch recognises the draft code by its shape: each case edits the wheel's own eagle_worker_v2.py
+# and imports it through the bootstrap, then runs the real methods (tests/support/sglang_wheel_probe.py).
+
+CPU_ONES = "                        topk_p = torch.ones_like(topk_index, dtype=torch.float32)\n"
+EXTEND_ONES = "            ret_topk_p = torch.ones_like(ret_topk_index, dtype=torch.float32)\n"
+PLANTED = {
+    # another author's names for the extend's pair: the pair is recognised by its form, not its names
+    "renamed_variables": (lambda src: src.replace("ret_topk_index", "chosen_index").replace("ret_topk_p", "chosen_p"),
+                          "applied", "EagleDraftWorker._draft_extend_for_decode: inline torch.argmax -> softmax + fast_topk"),
+    # CUDA reaching draft_forward's inline pair (as in 0.5.13-0.5.15): recompiled on CUDA too, by its guard
+    "inline_pair_reached_on_cuda": (lambda src: _once(src, "                    if _is_cuda or _is_hip:\n",
+                                                         "                    if _is_hip:\n"),
+                                    "applied", "EagleDraftWorker.draft_forward: inline torch.argmax -> softmax + fast_topk"),
+    # the extend's pair without its second statement
+    "ones_like_gone": (lambda src: _once(src, EXTEND_ONES, "            chosen = None\n"), "refused",
+                       "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_decode: no `X = "
+                       "torch.argmax(LOGITS, dim=-1, keepdim=True)` followed by `P = torch.ones_like(X, dtype=torch.float32)`: "
+                       "`ret_topk_index = torch.argmax(draft_logits_output.next_token_logits, dim=-1, keepdim=True)` "
+                       "(line 1262) has no `P = torch.ones_like(ret_topk_index, ...)` after it in its block"),
+    # the CPU pair's argmax written as a method call
+    "argmax_in_another_form": (lambda src: _once(src, "topk_index = torch.argmax(\n                            logits_output",
+                                                 "topk_index = (\n                            logits_output").replace(
+                                   "logits_output.next_token_logits, dim=-1, keepdim=True\n                        )\n"
+                                   + CPU_ONES, "logits_output.next_token_logits.argmax(dim=-1, keepdim=True)\n"
+                                   "                        )\n" + CPU_ONES, 1),
+                               "refused", "EagleDraftWorker.draft_forward line 877: `logits_output.next_token_logits.argmax("
+                               "dim=-1, keepdim=True)` is an argmax the patch does not recognise"),
+    # the draft-decode method renamed
+    "method_renamed": (lambda src: _once(src, "    def draft_forward(self", "    def draft_steps(self"), "refused",
+                       "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker has no method draft_forward (the draft "
+                       "decode's token selection)"),
+}
+
+
+def _once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"the wheel's source changed: {old!r} found {text.count(old)} times"
+    return text.replace(old, new)
+
+
+PLANTED_CHILD = """
+import json, sys
+from pathlib import Path
+from support import sglang_wheel
+sglang_wheel.install(Path(sys.argv[1]), platform=sys.argv[2])
+import sglang.srt.speculative.eagle_worker_v2 as worker
+from support import sglang_wheel_probe as probe
+case = probe.make_cases()[0]
+print("RESULT " + json.dumps({"forward": probe.run_draft_forward(worker, case)["softmax_calls"],
+                              "extend": probe.run_draft_extend_for_decode(worker, case)["softmax_calls"]}))
+"""
+
+
+def run_planted(wheel_root: Path, tmp_path: Path, edit, platform: str) -> subprocess.CompletedProcess[str]:
+    root = tmp_path / "planted"
+    shutil.copytree(wheel_root, root)
+    worker = root / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py"
+    worker.write_text(edit(worker.read_text()))
+    return subprocess.run([sys.executable, "-c", PLANTED_CHILD, str(root), platform], env=child_env(True), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_planted_variations_of_the_real_code_apply_or_refuse_by_their_shape(wheel_root, tmp_path, case):
+    edit, outcome, expected = PLANTED[case]
+    proc = run_planted(wheel_root, tmp_path, edit, "cuda")
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    if outcome == "refused":
+        assert proc.returncode == PATCH_FAILURE_EXIT_CODE and "RESULT" not in proc.stdout, proc.stderr[-3000:]
+        failed = [line for line in proc.stderr.splitlines() if line.startswith("harness patch failed:")]
+        assert len(failed) == 1 and proc.stderr.rstrip().endswith(failed[0]), proc.stderr
+        assert expected in failed[0]
+        return
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    applied = [line for line in proc.stderr.splitlines() if line.startswith("harness patch applied:")]
+    assert len(applied) == 1 and expected in applied[0], proc.stderr
+    # the real methods, run: one softmax per draft step and one in the draft extend, as the pre-#26235 code
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert result == {"forward": probe.STEPS - 1, "extend": 1}
+
+
+def test_a_missing_helper_refuses_where_it_is_called_and_not_where_it_is_never_reached(wheel_root, tmp_path):
+    # the worker calls draft_topk1_postprocess under `_is_cuda or _is_hip` but no longer imports it
+    def edit(src: str) -> str:
+        return _once(src, "    draft_topk1_postprocess,\n", "")
+
+    on_cuda = run_planted(wheel_root, tmp_path / "cuda", edit, "cuda")
+    assert on_cuda.returncode == PATCH_FAILURE_EXIT_CODE, on_cuda.stderr[-3000:]
+    assert on_cuda.stderr.strip().splitlines()[-1].startswith(
+        "harness patch failed: sglang_restore_topk1_softmax: sglang.srt.speculative.eagle_worker_v2 has no attribute "
+        "'draft_topk1_postprocess' (expected it imported from sglang.kernels.ops.speculative.topk1)")
+    on_cpu = run_planted(wheel_root, tmp_path / "cpu", edit, "cpu")
+    assert on_cpu.returncode == 0, on_cpu.stderr[-3000:]
+    applied = [line for line in on_cpu.stderr.splitlines() if line.startswith("harness patch applied:")]
+    assert len(applied) == 1 and "draft_topk1_postprocess ->" not in applied[0]
+    assert "EagleDraftWorker.draft_forward: inline torch.argmax -> softmax + fast_topk" in applied[0]
+    assert json.loads(on_cpu.stdout.split("RESULT ", 1)[1]) == {"forward": probe.STEPS - 1, "extend": 1}
+
+
+def test_no_selection_reached_is_refused_as_nothing_to_restore(wheel_root, tmp_path):
+    # ROCm before 0.5.21: draft_forward's helper ran on CUDA only and its pair off ROCm, so a ROCm
+    # server selected with softmax already; planted on the real code, ROCm reaches neither
+    gate = "                elif self.topk == 1:\n                    if _is_cuda or _is_hip:\n"
+    gate_before_0_5_21 = "                elif self.topk == 1 and not _is_hip:\n                    if _is_cuda:\n"
+    proc = run_planted(wheel_root, tmp_path, lambda src: _once(src, gate, gate_before_0_5_21), "hip")
+    assert proc.returncode == PATCH_FAILURE_EXIT_CODE, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "harness patch failed: sglang_restore_topk1_softmax: sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker."
+        "draft_forward: none of its topk==1 selections runs here (draft_topk1_postprocess at line 869, excluded by "
+        "_is_hip; inline argmax at line 876, excluded by _is_hip): it selects either without the fast path (nothing "
+        "to restore) or in a form the patch does not know (SGLang 0.5.23, pid "), proc.stderr[-3000:]
+
+
 # ---- MultiLayerEagleWorkerV2 ---------------------------------------------------------------------------
 
 
@@ -272,7 +392,7 @@ def test_patch_refuses_the_multi_layer_worker(wheel_root, tmp_path):
     failed = [line for line in proc.stderr.splitlines() if line.startswith("harness patch failed:")]
     assert len(failed) == 1 and proc.stderr.rstrip().endswith(failed[0])
     assert "MultiLayerEagleWorkerV2 (--enable-multi-layer-eagle)" in failed[0]
-    assert "(SGLang 0.5.23, layout 0.5.23," in failed[0]
+    assert re.search(r"\(SGLang 0\.5\.23, pid \d+\)$", failed[0]), failed[0]
 
 
 def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch):

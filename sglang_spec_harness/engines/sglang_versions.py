@@ -1,7 +1,7 @@
 """SGLang names that change between releases, as data (the engine and the tests read them here).
 
-The names the restore-softmax patch rewrites live in the patch module itself
-(`sglang_spec_harness.patches.sglang_restore_topk1_softmax.SGLANG_LAYOUTS`): that module runs inside SGLang's
+The names the restore-softmax patch looks for live beside the patch
+(`sglang_spec_harness.patches.draft_shape.DRAFT_CODE`): that module runs inside SGLang's
 interpreter, where importing `sglang_spec_harness.engines` (pydantic, yaml) is not guaranteed to work.
 """
 

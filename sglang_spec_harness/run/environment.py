@@ -20,6 +20,8 @@ from typing import Any
 from sglang_spec_harness import __version__
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT, server_python, variant_environment
+from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
+from sglang_spec_harness.patches.draft_shape import HarnessPatchError, recognise_source
 from sglang_spec_harness.rundir import SCHEMA_VERSION, EnvironmentRecord
 from sglang_spec_harness.scenario import Scenario
 
@@ -172,6 +174,8 @@ def collect_environment(scenario: Scenario, *, variants: list[str] | None = None
         if key not in probes:
             probes[key] = probe_interpreter(python, {"PYTHONPATH": key[1]})
         per_variant[name] = probes[key]
+        if RESTORE_TOPK1_SOFTMAX_PATCH in scenario.variants[name].patches and (probes[key].get("sglang") or {}).get("path"):
+            per_variant[name] = {**probes[key], "draft_shape": draft_shape_facts(probes[key]["sglang"])}
     return EnvironmentRecord(
         schema_version=SCHEMA_VERSION,
         harness=harness_facts(),
@@ -217,32 +221,36 @@ def require_engine(scenario: Scenario, environment: EnvironmentRecord) -> None:
             raise HarnessInputError(
                 f"scenario {scenario.name}: variants.{name}: SGLang {sglang.get('version') or '(version unknown)'} "
                 f"at {sglang['path']}, but server.sglang_version is {wanted}{hint}")
-        _require_patch_layout(scenario, name, sglang)
+        _require_draft_shape(scenario, name, facts)
 
 
-def _require_patch_layout(scenario: Scenario, name: str, sglang: dict[str, Any]) -> None:
-    """A variant with the restore-softmax patch: its SGLang must be a release whose layout the patch's
-    table knows (or $HARNESS_SGLANG_LAYOUT must name a known one), else the patch would fail, or patch
-    the wrong names, inside a started server."""
-    from sglang_spec_harness.engines.sglang_versions import RESTORE_TOPK1_SOFTMAX_PATCH
-    from sglang_spec_harness.patches.sglang_restore_topk1_softmax import LAYOUT_ENV, SGLANG_LAYOUTS
+# The patch once chose a version-keyed table row by this variable; a scenario that still sets it gets one line.
+RETIRED_LAYOUT_ENV = "HARNESS_SGLANG_LAYOUT"
 
-    spec = scenario.variants[name]
-    if RESTORE_TOPK1_SOFTMAX_PATCH not in spec.patches:
+
+def draft_shape_facts(sglang: dict[str, Any]) -> dict[str, Any]:
+    """What the baseline patch recognises in this SGLang's draft code, from its files (environment.json's
+    `draft_shape`): the worker, the shape and each selection, or the one line saying what is missing."""
+    try:
+        return {"patch": RESTORE_TOPK1_SOFTMAX_PATCH, **recognise_source(Path(sglang["path"])).facts()}
+    except HarnessPatchError as exc:
+        return {"patch": RESTORE_TOPK1_SOFTMAX_PATCH, "error": str(exc)}
+
+
+def _require_draft_shape(scenario: Scenario, name: str, facts: dict[str, Any]) -> None:
+    """A variant with the restore-softmax patch: the patch recognises its SGLang's draft code (the
+    checks that need no server; the server's process checks the rest), else the patch would stop
+    every server of the run with exit 70."""
+    if RESTORE_TOPK1_SOFTMAX_PATCH not in scenario.variants[name].patches:
         return
-    known = ", ".join(SGLANG_LAYOUTS)
-    table = "SGLANG_LAYOUTS in sglang_spec_harness/patches/sglang_restore_topk1_softmax.py"
-    chosen = {**scenario.server.env, **spec.env}.get(LAYOUT_ENV)
     where = f"scenario {scenario.name}: variants.{name}"
-    if chosen is not None:
-        if chosen not in SGLANG_LAYOUTS:
-            raise HarnessInputError(f"{where}: {LAYOUT_ENV}={chosen!r} is not a layout the baseline patch knows "
-                                    f"(known: {known}; {table})")
-        return
-    version = sglang.get("version")
-    if version not in SGLANG_LAYOUTS:
+    if RETIRED_LAYOUT_ENV in {**scenario.server.env, **scenario.variants[name].env}:
+        raise HarnessInputError(f"{where}: env {RETIRED_LAYOUT_ENV} is no longer read: the baseline patch recognises "
+                                "SGLang's draft code by its shape (docs/gpu.md, 'The baseline patch'); remove it")
+    shape = facts.get("draft_shape") or {}
+    if "error" in shape:
+        sglang = facts.get("sglang") or {}
         raise HarnessInputError(
-            f"{where}: SGLang {version or '(version unknown)'} at {sglang.get('path')}: the baseline patch "
-            f"{RESTORE_TOPK1_SOFTMAX_PATCH} knows the draft code of SGLang {known} only. To add {version or 'it'}: "
-            f"a row in {table} naming that release's worker module, class and helpers (docs/gpu.md); if its "
-            f"draft code is a known release's, set env {LAYOUT_ENV}: <that release> on the variant")
+            f"{where}: SGLang {sglang.get('version') or '(version unknown)'} at {sglang.get('path')}: the baseline "
+            f"patch {RESTORE_TOPK1_SOFTMAX_PATCH} does not recognise its draft code: {shape['error']} "
+            f"(docs/gpu.md, 'The baseline patch')")

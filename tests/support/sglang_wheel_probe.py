@@ -230,6 +230,7 @@ def main() -> int:
     original = marker["replaces"] if marker else method
     results = {
         "platform": platform,
+        "pid": os.getpid(),
         "is_cuda": worker_module._is_cuda, "is_hip": worker_module._is_hip,
         "applied_env": os.environ.get("HARNESS_PATCHES_APPLIED"),
         "postprocess_is_real": worker_module.draft_topk1_postprocess is topk1.draft_topk1_postprocess,
@@ -245,7 +246,7 @@ def main() -> int:
         "loaded": finder.loaded,
         "cases": {},
     }
-    if marker is not None:
+    if getattr(worker_module, "__harness_patch__", None):  # the patch applied (the module's marker)
         results["contract"] = contract_cases(worker_module, topk1)
     for case in make_cases():
         results["cases"][case["name"]] = {
