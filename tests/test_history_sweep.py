@@ -25,7 +25,7 @@ from sglang_spec_harness.history.changepoints import exact_change_points
 from sglang_spec_harness.history.extract import read_run
 from sglang_spec_harness.history.ingest import find_run_dirs, ingest
 from sglang_spec_harness.history.page import write_trend_page
-from sglang_spec_harness.traces import analyze_traces
+from sglang_spec_harness.traces import analyze_traces_with_tables
 from support.history_helpers import create_v1_database, insert_as_v1, micro_sweep
 from support.chromium import open_report
 from support.escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, assert_page_inert
@@ -110,7 +110,7 @@ def _medians_from_trace(run: Path, region: str) -> dict[str, float]:
     """Each op name's median count per span of `region` in the candidate's profiled trace, counted
     from the analysis's table of every op (not from its op tables)."""
     trace = sorted((_profiled(run, "candidate") / "profile").iterdir())
-    ops = analyze_traces(trace).ops_frame()
+    ops = analyze_traces_with_tables(trace).ops_frame()
     ops = ops[(ops["region"] == region) & (ops["span"] >= 0)]
     spans = sorted(ops["span"].unique())
     per_span = ops.groupby(["name", "span"], observed=True).size().unstack(fill_value=0).reindex(columns=spans,
