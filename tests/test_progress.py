@@ -12,7 +12,7 @@ import pytest
 
 from sglang_spec_harness.commands.progress import TerminalProgress
 from sglang_spec_harness.run.plan import plan_trials
-from sglang_spec_harness.run.trial import TrialOutcome
+from sglang_spec_harness.run.outcome import TrialOutcome
 from sglang_spec_harness.rundir import TrialSummary
 from sglang_spec_harness.scenario import scenario_from_dict
 

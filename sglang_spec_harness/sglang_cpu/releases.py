@@ -33,8 +33,8 @@ from sglang_spec_harness.releases.environments import (
     dist_version,
     release_pins,
 )
-from sglang_spec_harness.sglang_cpu import install as base_install
 from sglang_spec_harness.sglang_cpu import port
+from sglang_spec_harness.sglang_cpu.base import SMOKE_CODE, is_current, venv_python
 from sglang_spec_harness.sglang_cpu.release_table import ReleaseRow, TableError, UnknownRelease, load_table
 
 PACKAGE = "sglang"
@@ -69,10 +69,10 @@ def prepare(release: str, prefix: Path = Path(".sglang-cpu"), progress: Progress
     release = release.strip()
     row = table_row(release)
     prefix = Path(os.path.abspath(prefix))
-    if not base_install.is_current(prefix):
+    if not is_current(prefix):
         raise ReleaseUnavailable(f"{release}: the base environment {prefix / 'venv'} is missing or out of date: "
                                  f"run `make sglang-cpu` (or python -m sglang_spec_harness.sglang_cpu.install --prefix {prefix})")
-    python = base_install.venv_python(prefix)
+    python = venv_python(prefix)
     base_site = base_site_packages(prefix)
     base_release = dist_version(base_site, PACKAGE)
     built: dict[str, Any] = {}
@@ -133,9 +133,6 @@ class SglangCpuReleases:
 
     def prepare(self, release: str, progress: Progress = print) -> ReleaseEnvironment:
         return prepare(release, prefix=self.prefix, progress=progress)
-
-
-SMOKE_CODE = "import sglang_spec_harness.sglang_cpu.shims\n" + "".join(f"import {m}\n" for m in base_install.SMOKE_IMPORTS)
 
 
 def import_check(environment: ReleaseEnvironment, timeout: float = 600) -> None:
