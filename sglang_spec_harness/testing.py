@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar, overload
 import pandas as pd
 
 from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.pages.numbers import MISSING
 from sglang_spec_harness.run.profiling import TRACE_GLOB, ProfilingError, collect_traces, start_profile, stop_profile, trace_files
 from sglang_spec_harness.run.workload import Prompt, send_requests
 from sglang_spec_harness.scenario import ProfileSpec, WorkloadSpec
@@ -255,7 +256,7 @@ def _what(profile: ServerProfile, counts: ReplayCounts) -> str:
 def _found(counts: ReplayCounts) -> str:
     spread = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}..{counts.max()}"
     with_it = sum(1 for n in counts.per_replay if n)
-    names = ", ".join(f"{name} x{n}" for name, n in sorted(counts.matched_names.items())) or "-"
+    names = ", ".join(f"{name} x{n}" for name, n in sorted(counts.matched_names.items())) or MISSING
     eager = f", {counts.eager} launched eagerly in its spans" if counts.eager else ""
     return f"{spread} per replay ({with_it} of {counts.replays} replays, {counts.total} in all{eager}; {names})"
 

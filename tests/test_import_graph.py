@@ -30,6 +30,7 @@ STAGE_ORDER = (
     "extras",
     "shipped",
     "files",  # atomic writes, the `latest` link
+    "pages",  # numbers for people (every stage that prints one), the page machinery: templates, figure style
     "traces",  # before the scenario: a scenario's region rules are the analysis's RegionRule
     "scenario",
     "patches",
@@ -39,7 +40,6 @@ STAGE_ORDER = (
     "run",
     "testing",  # the public API for other test suites (run + traces)
     "pytest_plugin",
-    "pages",  # the page machinery: templates, figure style, numbers
     "report",
     "releases",
     "sglang_cpu",

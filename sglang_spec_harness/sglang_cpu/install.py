@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from sglang_spec_harness.import_root import harness_import_root
+from sglang_spec_harness.pages.numbers import seconds
 from sglang_spec_harness.sglang_cpu import SGLANG_VERSION
 from sglang_spec_harness.sglang_cpu.base import (
     DEFAULT_PREFIX,
@@ -75,7 +76,7 @@ def _run(step: str, argv: list[str], *, env: dict[str, str] | None = None) -> st
         lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
         tail = "; ".join(lines[-3:]) if lines else "no output"
         raise InstallError(f"{step} failed (exit {proc.returncode}): {tail}")
-    print(f"sglang-cpu: {step}: done in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"sglang-cpu: {step}: done in {seconds(time.monotonic() - started)}", flush=True)
     return proc.stdout
 
 
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         except InstallError as exc:
             print(f"sglang-cpu: {exc}", file=sys.stderr)
             return 1
-        print(f"sglang-cpu: ready in {time.monotonic() - started:.0f} s: {venv_python(args.prefix)}, models "
+        print(f"sglang-cpu: ready in {seconds(time.monotonic() - started)}: {venv_python(args.prefix)}, models "
               f"{args.prefix / 'models'} (vocab {stamp['models']['vocab_size']}, draft agreement {stamp['models']['agreement']})")
     if args.release:
         from sglang_spec_harness.sglang_cpu.releases import main_release

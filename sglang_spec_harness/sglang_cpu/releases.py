@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.import_root import harness_import_root
+from sglang_spec_harness.pages.numbers import seconds
 from sglang_spec_harness.releases.environments import (
     Progress,
     ReleaseEnvironment,
@@ -163,7 +164,7 @@ def main_release(releases: list[str], prefix: Path) -> int:
             print(f"sglang-cpu: {exc}", file=sys.stderr)
             return 1
         facts = environment.facts
-        print(f"sglang-cpu {release}: ready in {time.monotonic() - started:.0f} s: {environment.python} with "
+        print(f"sglang-cpu {release}: ready in {seconds(time.monotonic() - started)}: {environment.python} with "
               f"PYTHONPATH {os.pathsep.join(environment.pythonpath) or '(the base venv)'}; torch {facts['torch']['used']} "
               f"(pin {facts['torch']['pinned']}), transformers {facts['transformers']['used']} (pin "
               f"{facts['transformers']['pinned']}); adaptations: {', '.join(facts['adaptations'])}", flush=True)
