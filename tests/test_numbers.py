@@ -25,7 +25,7 @@ LITERAL_NOT_YET = {"history/sweep.py"}
 def test_numbers_for_people():
     assert [n.fmt(x) for x in (None, True, "x", 12, 0.0, 0.012345, 1234.5, float("nan"))] == [
         "–", "True", "x", "12", "0", "0.0123", "1234", "nan"]
-    assert n.fmt(3.14159, 2) == "3.1"
+    assert n.fmt(3.14159, 2) == "3.1" and n.fmt(999.6) == "1000" and n.fmt(-12345.6) == "-12346" and n.fmt(1.2e-05) == "1.2e-05"
     assert [n.signed(x) for x in (12.5, -3, 0, None)] == ["+12.5", "-3", "0", "–"]
     assert [n.fixed(x, 2, "ms") for x in (12.345, 0, None, True)] == ["12.35 ms", "0.00 ms", "–", "–"]
 
@@ -47,8 +47,8 @@ def test_counts_and_ranges():
 
 
 def test_durations_and_sizes():
-    assert [n.us(x) for x in (12.345, 500, 580.0, 9694.013, 12_345, None)] == [
-        "12.3 µs", "500 µs", "580 µs", "9694 µs", "12.3 ms", "–"]
+    assert [n.us(x) for x in (12.345, 500, 580.0, 999.6, 9694.013, 12_345, None)] == [
+        "12.3 µs", "500 µs", "580 µs", "1000 µs", "9694 µs", "12.3 ms", "–"]
     assert [n.ms(x) for x in (12.345, None)] == ["12.3 ms", "–"]
     assert [n.seconds(x) for x in (0.5, 4.0, 14.23, 305.7, None)] == ["0.5 s", "4 s", "14.2 s", "306 s", "–"]
     assert n.seconds(14.23, 1) == "14.2 s"

@@ -35,7 +35,9 @@ def fmt(value: Any, digits: int = 3) -> str:
         return str(value)
     if value == 0:
         return "0"
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+    text = f"{value:.{digits}g}"
+    # a whole number of more digits (1234.5, or 999.6 rounding up to 1e+03) is written out, not as 1e+03
+    return f"{value:.0f}" if "e+" in text else text
 
 
 def signed(value: Any, digits: int = 3) -> str:
