@@ -36,9 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from sglang_spec_harness.run.adaptive import launch_noise_dominates  # noqa: E402
 from sglang_spec_harness.run.plan import rotation  # noqa: E402
-from sglang_spec_harness.scenario import TpotGainCheck  # noqa: E402
+from sglang_spec_harness.scenario import TpotGainRule  # noqa: E402
 from sglang_spec_harness.verdict import stats  # noqa: E402
-from sglang_spec_harness.verdict.rules import look_levels  # noqa: E402
+from sglang_spec_harness.verdict.rules.tpot_gain import look_levels  # noqa: E402
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def load(root: Path) -> list[RealRun]:
     return runs
 
 
-def simulate(run: RealRun, design: Design, effect: float, rng: np.random.Generator, check: TpotGainCheck) -> dict:
+def simulate(run: RealRun, design: Design, effect: float, rng: np.random.Generator, rule: TpotGainRule) -> dict:
     launches = list(run.blocks)
     rng.shuffle(launches)
     pools = {"baseline": launches[0::2], "candidate": launches[1::2]}
@@ -126,10 +126,10 @@ def simulate(run: RealRun, design: Design, effect: float, rng: np.random.Generat
         rounds = min(rounds + stage, design.max_rounds)
         if design.adaptive:
             fractions.append(rounds / design.max_rounds)
-            alpha = look_levels(check, fractions, design.spending)[-1][0]
+            alpha = look_levels(rule, fractions, design.spending)[-1][0]
         else:
-            alpha = check.alpha
-        decision, fit = stats.nested_tpot_gain_decision(tpot, is_cand, labels, rounds_of, min_gain=check.min_gain,
+            alpha = rule.alpha
+        decision, fit = stats.nested_tpot_gain_decision(tpot, is_cand, labels, rounds_of, min_gain=rule.min_gain,
                                                         alpha=alpha, confidence=1 - alpha)
         verdict = decision.verdict
         done = verdict in (PASS, FAIL) or not design.adaptive or rounds >= design.max_rounds
@@ -184,12 +184,12 @@ def main() -> int:
     if not runs:
         print("no A/A runs with 8 launches found", file=sys.stderr)
         return 2
-    check = TpotGainCheck(name="tpot_improved", kind="tpot_gain", min_gain=0.01)
+    rule = TpotGainRule(name="tpot_improved", kind="tpot_gain", min_gain=0.01)
     rng = np.random.default_rng(args.seed)
     table = {}
     for effect in (float(e) for e in args.effects.split(",")):
         for design in (FIXED, ADAPTIVE):
-            results = [simulate(runs[int(rng.integers(len(runs)))], design, effect, rng, check) for _ in range(args.sims)]
+            results = [simulate(runs[int(rng.integers(len(runs)))], design, effect, rng, rule) for _ in range(args.sims)]
             row = summarize(results, effect)
             table[f"{effect:+.2f} {design.name}"] = row
             print(f"effect {effect:+.0%}  {design.name}: {row}", flush=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sglang_spec_harness.rundir import RunDir, load_run_dir
 from sglang_spec_harness.traces.analysis import analyze_traces
-from sglang_spec_harness.verdict import rules
+from sglang_spec_harness.verdict import evidence
+from sglang_spec_harness.verdict.rules import explained_gain
 
 REGIONS = ["DRAFT_DECODE", "DRAFT_EXTEND"]
 REF = "TARGET_VERIFY"
@@ -26,11 +27,11 @@ RunDir.analysis_files = fresh_files
 
 def both(path):
     run = load_run_dir(path)
-    b = rules.region_times_per_cycle(run, "baseline", REGIONS + [REF])
-    c = rules.region_times_per_cycle(run, "candidate", REGIONS + [REF])
+    b = evidence.region_times_per_cycle(run, "baseline", REGIONS + [REF])
+    c = evidence.region_times_per_cycle(run, "candidate", REGIONS + [REF])
     scale = b.per_cycle_us[REF] / c.per_cycle_us[REF]
     trial = sum(b.per_cycle_us[r] - c.per_cycle_us[r] * scale for r in REGIONS)
-    norm = rules._per_cycle_normalized(b, c, REGIONS, REF)
+    norm = explained_gain._per_cycle_normalized(b, c, REGIONS, REF)
     cyc = sum(v[0] - v[1] for v in norm.values())
     return trial, cyc, scale
 

@@ -81,7 +81,7 @@ def scenario(mode: str, **changes: Any) -> dict[str, Any]:
         "workload": {"num_requests": 6, "input_len": 16, "output_len": 24, "concurrency": 2, "warmup_requests": 1},
         "trials": trials,
         "profile": {"num_steps": 6, "activities": ["CPU"], "trace_timeout_s": TRACE_TIMEOUT_S},
-        "checks": [
+        "rules": [
             {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
              "variants": ["candidate"], "equals": 0},
             {"name": "same_outputs", "kind": "output_identity"},
@@ -278,7 +278,7 @@ def inject_signal(run: fk.HarnessProcess, inj: Injection, moment: float, sig: in
     complete = (fk.read_json(run_dir / "run.json") or {}).get("status") == "complete" if run_dir else False
     if run.interrupt(sig):
         _mark(inj, run, f"{signal.Signals(sig).name} at {moment:.1f} s")
-        # An interrupt after the last trial finished leaves the run complete (the checks and report
+        # An interrupt after the last trial finished leaves the run complete (the check and report
         # do not run): whether it is is checked against the trials on disk (complete_but_damaged).
         inj.expect_incomplete = False
         inj.expect_exit = {128 + sig}
@@ -424,7 +424,7 @@ def record(cls: str, mode: str, variant: str, run: fk.HarnessProcess, inj: Injec
         expected = inj.expect_exit
         if cls == "disk_full" and status == "complete":
             # filled after the last trial: the measurements are whole (complete_but_damaged checks
-            # it); `harness run` may still fail to write the checks or report, with one line
+            # it); `harness run` may still fail to write the verdict or report, with one line
             expected, inj.expect_incomplete = {0, 1, 2, 3}, False
         if "signal" in inj.extra and (status == "complete" or run_dir is None):
             # dying by the signal itself is fine when it landed before any harness code ran, or as

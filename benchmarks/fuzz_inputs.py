@@ -103,7 +103,7 @@ def main() -> int:
     import sglang_spec_harness.commands.cli  # imported once here, shared by every forked child
     import sglang_spec_harness.report.html
     import sglang_spec_harness.traces.analysis
-    import sglang_spec_harness.verdict.rules  # noqa: F401
+    import sglang_spec_harness.verdict.judge  # noqa: F401
 
     started = time.perf_counter()
     tallies: dict[str, Tally] = defaultdict(Tally)

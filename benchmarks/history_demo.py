@@ -38,7 +38,7 @@ NAME = "history_demo"
 
 # Small and fast (8 server launches, ~45 s per run on 2 shared CPUs), both variants, a profiled
 # trial each so that kernel counts enter the history too. No TPOT rule: every run PASSes its own
-# checks, and only the history sees the slowdown.
+# rules, and only the history sees the slowdown.
 SCENARIO = {
     "name": NAME,
     "description": "history demonstration: micro engine, topk=1, small and fast; a planted slowdown in the "
@@ -54,7 +54,7 @@ SCENARIO = {
     "workload": {"num_requests": 16, "input_len": 32, "output_len": 48, "concurrency": 8, "warmup_requests": 2},
     "trials": {"repetitions": 3, "profiled": 1},
     "profile": {"num_steps": 6, "activities": ["CPU"]},
-    "checks": [
+    "rules": [
         {"name": "candidate_no_softmax_draft_decode", "kind": "kernel_count", "region": "DRAFT_DECODE",
          "pattern": "softmax", "variants": ["candidate"], "equals": 0},
         {"name": "baseline_has_softmax_draft_decode", "kind": "kernel_count", "region": "DRAFT_DECODE",

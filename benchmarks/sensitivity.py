@@ -69,7 +69,7 @@ def planted(data: dict[str, Any], delay_us: int) -> dict[str, Any]:
         "candidate": {**base, "description": f"baseline + {delay_us} us per draft-decode cycle",
                       "args": {**base.get("args", {}), "--inject-delay-us": delay_us}},
     }
-    data["checks"] = [c for c in data.get("checks", []) if c["kind"] == "tpot_gain"]
+    data["rules"] = [c for c in data.get("rules", []) if c["kind"] == "tpot_gain"]
     return data
 
 

@@ -25,7 +25,7 @@ class HarnessInputError(Exception):
     """
 
 
-# Exit codes a CI job gates on: docs/internals.md, "Exit codes" (the verdicts': docs/checks.md).
+# Exit codes a CI job gates on: docs/internals.md, "Exit codes" (the verdicts': docs/rules.md).
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_BAD_INPUT = 2

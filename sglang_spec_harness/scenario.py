@@ -36,6 +36,22 @@ def current_module_name(name: str) -> str:
     """`harness.patches.x` (a scenario written before the rename) -> `sglang_spec_harness.patches.x`."""
     head, _, rest = name.partition(".")
     return f"{__package__}.{rest}" if head == LEGACY_PACKAGE and rest else name
+
+
+# Top-level scenario keys renamed since: the old name -> the current one. A scenario (or a stored run's)
+# that says the old name reads as if it said the new one.
+LEGACY_KEYS = {"checks": "rules"}  # one word, rule, for what a scenario declares (run directories: version 3)
+
+
+def with_current_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with each old top-level key (LEGACY_KEYS) under its current name; a copy when one is
+    renamed. A mapping that has both names is left as it is (scenario_from_dict refuses it)."""
+    old = [key for key, new in LEGACY_KEYS.items() if key in data and new not in data]
+    if not old:
+        return data
+    return {LEGACY_KEYS.get(key, key) if key in old else key: value for key, value in data.items()}
+
+
 # The default count pattern: the CUDA softmax kernels (long and short rows) and, on CPU-only
 # traces, the op that does the work (`aten::_softmax`, not its `aten::softmax` parent, which
 # would count each call twice).
@@ -322,15 +338,15 @@ class RegionsSpec(_Strict):
         return self
 
 
-# ---- checks -------------------------------------------------------------------------------------
+# ---- rules --------------------------------------------------------------------------------------
 
 
-class _Check(_Strict):
+class _Rule(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="shown in reports and JUnit")
     description: str = ""
 
 
-class KernelCountCheck(_Check):
+class KernelCountRule(_Rule):
     kind: Literal["kernel_count"]
     region: str = Field(pattern=REGION_NAME)
     pattern: str = Field(description="a name from `patterns`")
@@ -341,31 +357,31 @@ class KernelCountCheck(_Check):
     at_least: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
-    def _one_bound(self) -> KernelCountCheck:
+    def _one_bound(self) -> KernelCountRule:
         given = [k for k in ("equals", "at_most", "at_least") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one bound: equals, at_most or at_least")
         return self
 
 
-class _Comparison(_Check):
+class _Comparison(_Rule):
     baseline: str = "baseline"
     candidate: str = "candidate"
 
 
-class AcceptLengthCheck(_Comparison):
+class AcceptLengthRule(_Comparison):
     kind: Literal["accept_length"]
     rel_tolerance: float = Field(0.01, gt=0, lt=1)
     min: float | None = Field(None, gt=0, description="absolute floor for every variant's accept length")
     confidence: float = Field(0.90, gt=0, lt=1)
 
 
-class OutputIdentityCheck(_Comparison):
+class OutputIdentityRule(_Comparison):
     kind: Literal["output_identity"]
     min_fraction: float = Field(1.0, ge=0, le=1)
 
 
-class TpotGainCheck(_Comparison):
+class TpotGainRule(_Comparison):
     kind: Literal["tpot_gain"]
     min_gain: float = Field(0.0, ge=0, lt=1, description="required relative TPOT reduction, e.g. 0.01")
     confidence: float = Field(0.95, gt=0, lt=1)
@@ -374,7 +390,7 @@ class TpotGainCheck(_Comparison):
     seed: int = 0
 
 
-class ExplainedGainCheck(_Comparison):
+class ExplainedGainRule(_Comparison):
     kind: Literal["explained_gain"]
     pattern: str = "softmax"
     confidence: float = Field(0.95, gt=0.5, lt=1, description="of the TPOT interval the ratio's interval comes from")
@@ -389,8 +405,9 @@ class ExplainedGainCheck(_Comparison):
     max_ratio: float | None = Field(None, ge=0, description="measured/predicted saving at most this (without either bound the rule is informational: INFO)")
 
 
-Check = Annotated[
-    KernelCountCheck | AcceptLengthCheck | OutputIdentityCheck | TpotGainCheck | ExplainedGainCheck,
+# A rule a scenario declares (`rules:`), by its kind.
+Rule = Annotated[
+    KernelCountRule | AcceptLengthRule | OutputIdentityRule | TpotGainRule | ExplainedGainRule,
     Field(discriminator="kind"),
 ]
 
@@ -458,7 +475,7 @@ class Scenario(_Strict):
     regions: RegionsSpec = Field(default_factory=RegionsSpec)
     validity: ValiditySpec = Field(default_factory=ValiditySpec)
     hardware: HardwareSpec = Field(default_factory=HardwareSpec, description="the machine it needs: CI's runner labels")
-    checks: list[Check] = Field(default_factory=list)
+    rules: list[Rule] = Field(default_factory=list)
 
     @field_validator("variants")
     @classmethod
@@ -486,23 +503,23 @@ class Scenario(_Strict):
         return merged
 
     @model_validator(mode="after")
-    def _checks_refer_to_known_things(self) -> Scenario:
+    def _rules_refer_to_known_things(self) -> Scenario:
         names: set[str] = set()
-        for i, check in enumerate(self.checks):
-            where = f"checks.{i}"
-            if check.name in names:
-                raise _LocatedError(f"{where}.name", f"duplicate check name {check.name!r}")
-            names.add(check.name)
-            pattern = getattr(check, "pattern", None)
+        for i, rule in enumerate(self.rules):
+            where = f"rules.{i}"
+            if rule.name in names:
+                raise _LocatedError(f"{where}.name", f"duplicate rule name {rule.name!r}")
+            names.add(rule.name)
+            pattern = getattr(rule, "pattern", None)
             if pattern is not None and pattern not in self.patterns:
                 raise _LocatedError(
                     f"{where}.pattern", f"unknown pattern {pattern!r} (known: {', '.join(sorted(self.patterns))})"
                 )
             for field in ("baseline", "candidate"):
-                variant = getattr(check, field, None)
+                variant = getattr(rule, field, None)
                 if variant is not None and variant not in self.variants:
                     raise _LocatedError(f"{where}.{field}", f"unknown variant {variant!r}")
-            for j, variant in enumerate(getattr(check, "variants", []) or []):
+            for j, variant in enumerate(getattr(rule, "variants", []) or []):
                 if variant not in self.variants:
                     raise _LocatedError(f"{where}.variants.{j}", f"unknown variant {variant!r}")
         return self
@@ -551,7 +568,7 @@ def _line_of(node: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
 
 def _yaml_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
     """Pydantic's error location as a path into the YAML: drop the tags of tagged unions
-    (`checks.0.kernel_count.region` is `checks.0.region` in the file)."""
+    (`rules.0.kernel_count.region` is `rules.0.region` in the file)."""
     path: list[Any] = []
     for part in loc:
         if isinstance(data, dict) and part not in data and part in (data.get("kind"), data.get("source")):
@@ -609,7 +626,7 @@ def read_yaml(path: str | Path, *, max_bytes: int = MAX_SCENARIO_BYTES) -> tuple
 
 
 def _reject_duplicate_keys(path: Path, root: yaml.Node | None) -> None:
-    """YAML keeps the last of two equal keys without a word: a scenario that says `checks:` twice
+    """YAML keeps the last of two equal keys without a word: a scenario that says `rules:` twice
     would silently lose the first list. Each node is visited once (aliases share nodes)."""
     seen: set[int] = set()
     stack = [root] if root is not None else []
@@ -644,7 +661,7 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     scenario = scenario_from_dict(data, source=path, node=node)
     if overrides:
         # the file is valid, so what fails now is an override's: no file line to point at
-        scenario = scenario_from_dict(with_overrides(data, overrides), source=f"{path} with --set")
+        scenario = scenario_from_dict(with_overrides(with_current_keys(data), overrides), source=f"{path} with --set")
     return with_paths_resolved(scenario, path.parent)
 
 
@@ -702,11 +719,21 @@ def with_paths_resolved(scenario: Scenario, base: Path) -> Scenario:
 
 
 def scenario_from_dict(data: dict[str, Any], *, source: str | Path = "<scenario>", node: yaml.Node | None = None) -> Scenario:
+    """`data` validated as a Scenario (old key names read as the current ones); every problem is one
+    HarnessInputError `SOURCE:LINE: field.path: why`, the path as the data writes it."""
+    written = {new: old for old, new in LEGACY_KEYS.items() if old in data}  # current name -> as written
+    both = [new for new in written if new in data]
+    if both:
+        old = written[both[0]]
+        line = _line_of(node, (old,))
+        raise HarnessInputError(f"{source}{f':{line}' if line is not None else ''}: {old}: the old name of "
+                                f"`{both[0]}`, which the scenario also gives: keep `{both[0]}` only")
+    current = with_current_keys(data)
     try:
-        return Scenario.model_validate(data)
+        return Scenario.model_validate(current)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
-        loc = _yaml_path(tuple(err["loc"]), data)
+        loc = _yaml_path(tuple(err["loc"]), current)
         dotted = ".".join(str(p) for p in loc)
         message = err["msg"]
         ctx_error = (err.get("ctx") or {}).get("error")
@@ -719,6 +746,9 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | Path = "<scenario>
                 message = "unknown key"
             elif err["type"] == "missing":
                 message = "required field is missing"
+        if loc and loc[0] in written:  # as the file writes it
+            loc = (written[loc[0]], *loc[1:])
+            dotted = ".".join(str(p) for p in loc)
         line = _line_of(node, loc)
         where = f"{source}:{line}" if line is not None else str(source)
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
@@ -726,7 +756,7 @@ def scenario_from_dict(data: dict[str, Any], *, source: str | Path = "<scenario>
 
 
 # The last line of a stored (resolved) scenario: a file cut short (a full disk, a partial copy)
-# still parses as YAML, only with fewer checks, so `harness check` requires this line.
+# still parses as YAML, only with fewer rules, so `harness check` requires this line.
 SCENARIO_END = "# end of the resolved scenario"
 
 

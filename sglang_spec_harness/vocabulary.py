@@ -67,7 +67,7 @@ REGION_ORDER = (*CYCLE_REGIONS, PREFILL, NO_REGION)
 
 
 class RuleKind(StrEnum):
-    """The `kind` of a rule in results.json (and of a check in a scenario, but for AA_NOISE, which
+    """The `kind` of a rule in results.json (and of a rule in a scenario, but for AA_NOISE, which
     `harness run --aa` adds itself)."""
 
     KERNEL_COUNT = "kernel_count"
@@ -78,5 +78,5 @@ class RuleKind(StrEnum):
     AA_NOISE = "aa_noise"
 
 
-# The kinds a scenario's `checks:` may name.
-CHECK_KINDS = tuple(kind for kind in RuleKind if kind != RuleKind.AA_NOISE)
+# The kinds a scenario's `rules:` may name.
+SCENARIO_RULE_KINDS = tuple(kind for kind in RuleKind if kind != RuleKind.AA_NOISE)

@@ -17,14 +17,14 @@ from sglang_spec_harness.run.adaptive import decide_next, launch_noise_dominates
 from sglang_spec_harness.rundir.models import ExplainedGainResult, TpotGainResult
 from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.run.plan import extend, make_plan, rotation
-from sglang_spec_harness.scenario import SCENARIO_END, TpotGainCheck, load_scenario
+from sglang_spec_harness.scenario import SCENARIO_END, TpotGainRule, load_scenario
 from sglang_spec_harness.verdict import stats
-from sglang_spec_harness.verdict.rules import look_levels
+from sglang_spec_harness.verdict.rules.tpot_gain import look_levels
 from sglang_spec_harness.verdict.stats.sequential import boundaries, nominal_levels, spent
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
 REPO = Path(__file__).resolve().parents[1]
-CHECK = TpotGainCheck(name="tpot", kind="tpot_gain", min_gain=0.01)
+TPOT_RULE = TpotGainRule(name="tpot", kind="tpot_gain", min_gain=0.01)
 
 
 # ---- boundaries ---------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def _run(rng, *, effect, sd_block, sd_launch, first=6, every=2, max_rounds=48, m
                 rounds_of.append(r)
         rounds = min(rounds + stage, max_rounds)
         fractions.append(rounds / max_rounds)
-        alpha = look_levels(CHECK, fractions, "pocock")[-1][0]
+        alpha = look_levels(TPOT_RULE, fractions, "pocock")[-1][0]
         decision, fit = stats.nested_tpot_gain_decision(tpot, cand, labels, rounds_of, min_gain=0.01, alpha=alpha,
                                                         confidence=1 - alpha)
         if decision.verdict in (PASS, FAIL) or rounds >= max_rounds:
@@ -174,9 +174,9 @@ def _budget_scenario(tmp_path: Path, min_gain: float = 0.01, **budget) -> Path:
     """The default scenario (scenarios/micro_topk1.yaml) with this budget and a first stage of 6 rounds."""
     data = yaml.safe_load((REPO / "scenarios/micro_topk1.yaml").read_text())
     data["trials"].update(repetitions=6, budget=budget)
-    for check in data["checks"]:
-        if check["kind"] == "tpot_gain":
-            check["min_gain"] = min_gain
+    for rule in data["rules"]:
+        if rule["kind"] == "tpot_gain":
+            rule["min_gain"] = min_gain
     path = tmp_path / "budget.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False) + SCENARIO_END + "\n")
     return path
@@ -266,7 +266,7 @@ def test_a_real_run_stops_early_and_check_gives_its_answer(tmp_path):
     scenario = _budget_scenario(tmp_path, max_rounds=40, max_minutes=4)
     data = yaml.safe_load(scenario.read_text())
     data["variants"]["baseline"]["args"]["--inject-delay-us"] = 30000
-    data["checks"] = [check for check in data["checks"] if check["kind"] != "explained_gain"]
+    data["rules"] = [rule for rule in data["rules"] if rule["kind"] != "explained_gain"]
     scenario.write_text(yaml.safe_dump(data, sort_keys=False))
     code, run_dir, run, results = _harness_run(scenario, tmp_path / "runs")
     looks = run["looks"]

@@ -105,7 +105,7 @@ def test_the_baseline_runs_once_and_each_step_runs_only_the_variant(planted):
         assert run["status"] == "complete" and run["server_launches"] == 1
         assert sorted(e["dir"] for e in run["plan"]) == sorted(f"trials/{t.name}" for t in trials)
         scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-        assert [c["name"] for c in scenario["checks"]] == ["no_softmax", "same_outputs"]
+        assert [c["name"] for c in scenario["rules"]] == ["no_softmax", "same_outputs"]
         assert step["commit"][:12] in scenario["variants"]["candidate"]["description"]
         env = json.loads((run_dir / "environment.json").read_text())
         assert set(env["variants"]) == {"baseline", "candidate"}
@@ -292,7 +292,7 @@ def test_statistical_rules_run_both_arms_at_every_step():
     s = scenario_from_dict({
         "name": "s", "engine": "micro", "variants": {"baseline": {}, "candidate": {"pythonpath": ["/src/x"]}},
         "trials": {"repetitions": 6, "profiled": 1, "seed": 1},
-        "checks": [{"name": "faster", "kind": "tpot_gain"},
+        "rules": [{"name": "faster", "kind": "tpot_gain"},
                    {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
                     "variants": ["candidate"], "equals": 0}]})
     exact = step_plan(s, "candidate", choose_rules(s, "candidate", [], "s.yaml"), "s.yaml")

@@ -21,7 +21,7 @@ from sglang_spec_harness.traces import (
     kernels_per_launch_frame,
     op_table_frame,
 )
-from sglang_spec_harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.judge import check_run_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUMMARY = json.loads((FIXTURES / "micro_cuda_summary.json").read_text())

@@ -34,7 +34,7 @@ TINY = {
     "workload": {"num_requests": 4, "input_len": 16, "output_len": 16, "concurrency": 2, "warmup_requests": 1},
     "trials": {"repetitions": 2, "profiled": 1},
     "profile": {"num_steps": 6, "activities": ["CPU"]},
-    "checks": [
+    "rules": [
         {"name": "candidate_no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
          "variants": ["candidate"], "equals": 0},
         {"name": "accept", "kind": "accept_length", "rel_tolerance": 0.01},

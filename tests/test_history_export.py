@@ -1,5 +1,5 @@
 """`harness history export`: a real history database (planted nightly runs evaluated by the real
-checks, an A/A run and a damaged copy, ingested as `harness history ingest` does) written as CSV and
+rules, an A/A run and a damaged copy, ingested as `harness history ingest` does) written as CSV and
 Parquet, read back with pandas; bad input is one line and exit 2."""
 
 from __future__ import annotations

@@ -100,8 +100,8 @@ def test_nesting_huge_files_and_duplicate_keys(tmp_path, capsys):
     _one_line(capsys, main(["validate", str(huge)]), "huge.yaml: larger than 1048576 bytes")
     twice = tmp_path / "twice.yaml"
     text = yaml.safe_dump(hostile.MICRO_SCENARIO, sort_keys=False)
-    twice.write_text(text + "checks: []\n")
-    _one_line(capsys, main(["validate", str(twice)]), "duplicate key 'checks' (first at line")
+    twice.write_text(text + "rules: []\n")
+    _one_line(capsys, main(["validate", str(twice)]), "duplicate key 'rules' (first at line")
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8-sig"])
@@ -207,7 +207,7 @@ def test_requests_cut_at_a_line_are_inconclusive(run_copy):
 def test_a_stored_scenario_cut_short_is_one_line(run_copy, capsys):
     scenario = run_copy / "scenario.yaml"
     lines = scenario.read_text().splitlines(keepends=True)
-    scenario.write_text("".join(lines[:-4]))  # still valid YAML: only the last check is gone
+    scenario.write_text("".join(lines[:-4]))  # still valid YAML: only the last rule is gone
     _one_line(capsys, main(["check", str(run_copy)]), "scenario.yaml: cut short", "--scenario FILE")
 
 

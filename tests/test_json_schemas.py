@@ -1,6 +1,6 @@
 """The committed JSON Schemas of results.json and analysis.json (docs/schemas): current with the models
 they are generated from, and true of real run directories (a whole GPU run from an H200, a run of the
-micro engine, planted runs evaluated by the real checks), validated with `jsonschema`."""
+micro engine, planted runs evaluated by the real rules), validated with `jsonschema`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from sglang_spec_harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.judge import check_run_dir
 from support.history_helpers import micro_sweep, series_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_a_whole_gpu_run_validates(tmp_path):
         archive.extractall(tmp_path, filter="data")
     run_dir = tmp_path / "micro_topk1_gpu_h200"
     assert_valid(run_dir)  # as recorded on the H200
-    check_run_dir(run_dir)  # and as this harness's checks write it
+    check_run_dir(run_dir)  # and as this harness's `check` writes it
     assert_valid(run_dir)
 
 

@@ -42,7 +42,7 @@ TINY = {
     "workload": {"num_requests": 4, "input_len": 16, "output_len": 16, "concurrency": 2, "warmup_requests": 1},
     "trials": {"repetitions": 2, "profiled": 1},
     "profile": {"num_steps": 6, "activities": ["CPU"]},
-    "checks": [
+    "rules": [
         {"name": "candidate_no_softmax_draft_decode", "kind": "kernel_count", "region": "DRAFT_DECODE",
          "pattern": "softmax", "variants": ["candidate"], "equals": 0},
         {"name": "baseline_has_softmax_draft_decode", "kind": "kernel_count", "region": "DRAFT_DECODE",
@@ -57,7 +57,7 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> Path:
-    """`harness run` of the tiny scenario: the runner, the checks and the report, for real."""
+    """`harness run` of the tiny scenario: the runner, the rules and the report, for real."""
     root = tmp_path_factory.mktemp("real_run")
     scenario = root / "tiny_report.yaml"
     scenario.write_text(yaml.safe_dump(TINY, sort_keys=False))
@@ -105,7 +105,7 @@ def test_real_run_report_files(real_run):
     root = ET.parse(real_run / "junit.xml").getroot()
     suite, informational = root.findall("testsuite")
     judged = [r for r in results["rules"] if r["verdict"] != "INFO"]
-    assert len(results["rules"]) == len(TINY["checks"])
+    assert len(results["rules"]) == len(TINY["rules"])
     # the unbounded explained_gain rule is informational: its own suite, never a passed test case
     assert [r["name"] for r in results["rules"] if r["verdict"] == "INFO"] == ["gain_explained_by_softmax"]
     assert [c.get("name") for c in informational.findall("testcase")] == ["gain_explained_by_softmax"]

@@ -1,5 +1,5 @@
 """results.json's rule numbers, one model per rule kind (sglang_spec_harness.rundir.rule_numbers):
-every kind written by the real checks reads back as the same typed numbers, a results.json written
+every kind written by the real rules reads back as the same typed numbers, a results.json written
 before the numbers were typed (the H200 run) loads and is written again key for key, unknown keys
 are kept, and a number of the wrong type is one line naming it."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglang_spec_harness.errors import HarnessInputError
-from sglang_spec_harness.rundir import SCHEMA_VERSION, CheckResults, load_run_dir, read_record
+from sglang_spec_harness.rundir import SCHEMA_VERSION, ResultsRecord, load_run_dir, read_record
 from sglang_spec_harness.rundir.models import RESULT_OF_KIND
 from sglang_spec_harness.rundir.rule_numbers import (
     NUMBERS_OF_KIND,
@@ -24,7 +24,7 @@ from sglang_spec_harness.rundir.rule_numbers import (
     ValidityNumbers,
 )
 from sglang_spec_harness.verdict.compare import compare_runs
-from sglang_spec_harness.verdict.rules import check_run_dir, evaluate_run, write_results
+from sglang_spec_harness.verdict.judge import check_run_dir, evaluate_run, write_results
 from support.history_helpers import series_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -36,10 +36,10 @@ def gpu_run(tmp_path: Path) -> Path:
     return tmp_path / "micro_topk1_gpu_h200"
 
 
-def round_trip(run_dir: Path, results: CheckResults) -> CheckResults:
+def round_trip(run_dir: Path, results: ResultsRecord) -> ResultsRecord:
     """Written as `harness check` writes it, read back through the run directory's reader."""
     path = write_results(run_dir, results)
-    loaded = read_record(path, CheckResults)
+    loaded = read_record(path, ResultsRecord)
     assert loaded == results
     assert json.loads(path.read_text()) == loaded.model_dump(mode="json")  # and written again, key for key
     return loaded
@@ -81,7 +81,7 @@ def test_the_planted_runs_numbers_as_attributes(tmp_path):
 def test_a_results_json_written_before_the_numbers_were_typed_loads_key_for_key(tmp_path):
     run_dir = gpu_run(tmp_path)
     recorded = json.loads((run_dir / "results.json").read_text())  # as the H200 run wrote it
-    results = read_record(run_dir / "results.json", CheckResults)
+    results = read_record(run_dir / "results.json", ResultsRecord)
     # key for key; only the version moves: the H200 run is of schema 1, read migrated to today's
     assert recorded["schema_version"] == 1
     assert results.model_dump(mode="json") == {**recorded, "schema_version": SCHEMA_VERSION}
@@ -100,7 +100,7 @@ def test_unknown_keys_are_kept(tmp_path):
     recorded["rules"][0]["numbers"]["from_a_newer_harness"] = [1, 2]
     recorded["rules"][0]["numbers"]["observations"][0]["lanes"] = 4
     (run_dir / "results.json").write_text(json.dumps(recorded))
-    results = read_record(run_dir / "results.json", CheckResults)
+    results = read_record(run_dir / "results.json", ResultsRecord)
     assert results.model_dump(mode="json") == {**recorded, "schema_version": SCHEMA_VERSION}
 
 
@@ -116,7 +116,7 @@ def test_a_number_of_the_wrong_type_is_one_line_naming_it(tmp_path, rule, key, v
     recorded["rules"][rule]["numbers"][key] = value
     (run_dir / "results.json").write_text(json.dumps(recorded))
     with pytest.raises(HarnessInputError) as caught:
-        read_record(run_dir / "results.json", CheckResults)
+        read_record(run_dir / "results.json", ResultsRecord)
     assert str(caught.value) == f"{run_dir / 'results.json'}: {message}"
 
 
@@ -127,7 +127,7 @@ def test_an_unknown_kind_is_one_line(tmp_path):
     (run_dir / "results.json").write_text(json.dumps(recorded))
     with pytest.raises(HarnessInputError, match=r"results.json: rules.0: Input tag 'kernel_time' found using 'kind' "
                                                 r"does not match any of the expected tags"):
-        read_record(run_dir / "results.json", CheckResults)
+        read_record(run_dir / "results.json", ResultsRecord)
 
 
 def test_numbers_are_plain_and_written_as_set():

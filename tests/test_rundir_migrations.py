@@ -56,14 +56,17 @@ def v010_run(request, tmp_path) -> tuple[dict, Path]:
 def test_a_v010_run_loads_migrated_and_whole(v010_run):
     facts, run_dir = v010_run
     on_disk = json.loads((run_dir / "run.json").read_text())
-    assert on_disk["schema_version"] == 1 and "harness.patches" in (run_dir / "scenario.yaml").read_text()
+    stored = (run_dir / "scenario.yaml").read_text()
+    assert on_disk["schema_version"] == 1 and "harness.patches" in stored and "\nchecks:\n" in stored
     rd = load_run_dir(run_dir)
-    assert rd.damaged == {} and rd.run.schema_version == SCHEMA_VERSION == 2
+    assert rd.damaged == {} and rd.run.schema_version == SCHEMA_VERSION == 3
     assert (rd.mode, rd.aa, rd.complete, len(rd.trials), len(rd.launches)) == (
         facts["mode"], facts["aa"], True, facts["trials"], facts["launches"])
     assert len(rd.run.looks) == facts["looks"] if facts["looks"] else rd.run.looks is None
     assert rd.scenario.variants["baseline"].patches == [PATCH] and rd.scenario.variants["candidate"].patches == []
     assert rd.scenario_data["variants"]["baseline"]["patches"] == [PATCH]
+    assert "checks" not in rd.scenario_data and [r["name"] for r in rd.scenario_data["rules"]] == [
+        r.name for r in rd.scenario.rules] != []
     assert sorted(rd.analysis) == ["00-candidate-profiled", "01-baseline-profiled"]
     assert rd.environment is not None and rd.environment.harness["version"] == "0.1.0"
     assert rd.results is not None and rd.results.schema_version == SCHEMA_VERSION
@@ -119,17 +122,35 @@ def test_the_migration_to_2_renames_patch_modules_and_fills_the_mode():
                      "other": None}}
     assert scenario["variants"]["baseline"]["patches"][0] == "harness.patches.x"  # the caller's data is left alone
     assert migrate("run.json", {"schema_version": 1, "plan": []}, 1) == {
-        "schema_version": 2, "plan": [], "mode": "restart"}
+        "schema_version": SCHEMA_VERSION, "plan": [], "mode": "restart"}
     assert migrate("run.json", {"schema_version": 1, "mode": "sequential"}, 1)["mode"] == "sequential"
-    current = {"schema_version": 2, "plan": []}
-    assert migrate("run.json", current, 2) is current
+    current = {"schema_version": SCHEMA_VERSION, "plan": []}
+    assert migrate("run.json", current, SCHEMA_VERSION) is current
 
 
-@pytest.mark.parametrize("version", [3, 0, "2", True, None, 1.0])
+def test_the_migration_to_3_names_the_scenarios_rules_rules():
+    scenario = {"name": "s", "checks": [{"name": "c", "kind": "tpot_gain"}], "patterns": {}}
+    assert migrate("scenario.yaml", scenario, 2) == {"name": "s", "rules": [{"name": "c", "kind": "tpot_gain"}],
+                                                     "patterns": {}}
+    assert "checks" in scenario  # the caller's data is left alone
+    # only the stored scenario changes (results.json keeps its `rules`, run.json has no such key)
+    assert migrate("results.json", {"schema_version": 2, "rules": []}, 2) == {"schema_version": 3, "rules": []}
+
+
+def test_a_run_stored_at_version_2_reads_its_checks_as_rules(tmp_path):
+    run_dir = _extract("restart", tmp_path)
+    run = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**run, "schema_version": 2, "mode": "restart"}))
+    rd = load_run_dir(run_dir)
+    assert [r.name for r in rd.scenario.rules] == list(V010["restart"]["rules"])
+    assert "checks" not in rd.scenario_data and len(rd.scenario_data["rules"]) == len(V010["restart"]["rules"])
+
+
+@pytest.mark.parametrize("version", [4, 0, "2", True, None, 1.0])
 def test_a_version_this_harness_cannot_read_is_one_line(version):
     with pytest.raises(HarnessInputError) as error:
         version_of(Path("r/run.json"), {"schema_version": version})
-    assert str(error.value) == (f"r/run.json: schema_version {json.dumps(version)}, this harness reads 1 to 2: "
+    assert str(error.value) == (f"r/run.json: schema_version {json.dumps(version)}, this harness reads 1 to 3: "
                                 "written by another version of the harness")
     assert version_of(Path("r/trial.json"), {}) == SCHEMA_VERSION  # a record without a version: the current one
 

@@ -39,7 +39,7 @@ from sglang_spec_harness.rundir import (
     record_json,
     request_line,
 )
-from sglang_spec_harness.verdict.rules import evaluate_run
+from sglang_spec_harness.verdict.judge import evaluate_run
 import itertools
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,7 +184,7 @@ def test_full_run_leaves_no_server(full_run):
 def test_json_prints_the_outcome_on_stdout_and_everything_else_on_stderr(tmp_path, capsys):
     path = write_scenario(tmp_path)
     code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress", "--json",
-                     "--set", "trials.repetitions=2", "--set", "checks=[{name: no_softmax, kind: kernel_count, "
+                     "--set", "trials.repetitions=2", "--set", "rules=[{name: no_softmax, kind: kernel_count, "
                      "region: DRAFT_DECODE, pattern: softmax, variants: [candidate], equals: 0}]"])
     captured = capsys.readouterr()
     outcome = json.loads(captured.out)  # stdout is the JSON and nothing else
@@ -229,7 +229,7 @@ def test_server_exiting_at_startup_ends_the_run_with_one_line_and_keeps_earlier_
     assert "unrecognized arguments: --no-such-flag" in last and "results so far: " in last
     assert "Traceback" not in err
     run_dir = next((tmp_path / "runs").iterdir())
-    assert evaluated == [run_dir]  # the checks and report still see what was measured
+    assert evaluated == [run_dir]  # the verdict and report still see what was measured
     run = read_json(run_dir / "run.json")
     assert run["status"] == "incomplete" and "01-candidate-profiled failed" in run["error"]
     assert read_json(run_dir / "trials/00-baseline-profiled/trial.json")["status"] == "ok"
@@ -387,7 +387,7 @@ def test_a_shadowed_patch_bootstrap_fails_the_trial(tmp_path):
     assert_no_server_left(result.run_dir)
 
 
-def test_after_a_run_checks_report_and_ci_step_summary(full_run, tmp_path, monkeypatch, capsys):
+def test_after_a_run_the_verdict_report_and_ci_step_summary(full_run, tmp_path, monkeypatch, capsys):
     summary_file = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
     code = run_command.evaluate_run_dir(full_run.run_dir)
@@ -412,7 +412,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     path = write_scenario(tmp_path, trials={"mode": mode, "repetitions": 4, "launches": 2, "profiled": 1,
                                             "order": "random", "seed": 3})
     data = yaml.safe_load(path.read_text())
-    data["checks"].append({"name": "tpot", "kind": "tpot_gain"})
+    data["rules"].append({"name": "tpot", "kind": "tpot_gain"})
     path.write_text(yaml.safe_dump(data))
     result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
     run_dir = result.run_dir
@@ -454,7 +454,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     assert not live_server_pids()
     # the report: blocks marked by launch, the launches next to the blocks, their logs
     from sglang_spec_harness.report import build_report
-    from sglang_spec_harness.verdict.rules import write_results
+    from sglang_spec_harness.verdict.judge import write_results
 
     write_results(run_dir, results)
     page = build_report(run_dir).html.read_text()
@@ -496,7 +496,7 @@ def test_planted_slowdown_fails_the_tpot_rule_while_the_kernel_rules_pass(tmp_pa
     path = write_scenario(tmp_path, candidate={"args": {"--inject-delay-us": 20000}},
                           trials={"mode": "interleaved", "repetitions": 6, "launches": 2, "order": "random"})
     data = yaml.safe_load(path.read_text())
-    data["checks"].append({"name": "tpot_improved", "kind": "tpot_gain", "min_gain": 0.01})
+    data["rules"].append({"name": "tpot_improved", "kind": "tpot_gain", "min_gain": 0.01})
     path.write_text(yaml.safe_dump(data))
     code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress"])
     results = read_json(next((tmp_path / "runs").glob("*/results.json")))

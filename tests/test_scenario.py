@@ -66,18 +66,18 @@ def test_resolved_yaml_round_trips(tmp_path):
         ("workload:\n  num_requests: many\n", "s.yaml:11: workload.num_requests: Input should be a valid integer"),
         ("regions:\n  rules:\n    - {name: DRAFT_DECODE, regex: 'step[('}\n", "s.yaml:12: regions.rules.0.regex: not a valid regular expression"),
         (
-            "checks:\n  - name: c\n    kind: kernel_count\n    region: DRAFT_DECODE\n    pattern: nosuch\n"
+            "rules:\n  - name: c\n    kind: kernel_count\n    region: DRAFT_DECODE\n    pattern: nosuch\n"
             "    variants: [candidate]\n    equals: 0\n",
-            "s.yaml:14: checks.0.pattern: unknown pattern 'nosuch'",
+            "s.yaml:14: rules.0.pattern: unknown pattern 'nosuch'",
         ),
         (
-            "checks:\n  - name: c\n    kind: kernel_count\n    region: DRAFT_DECODE\n    pattern: softmax\n"
+            "rules:\n  - name: c\n    kind: kernel_count\n    region: DRAFT_DECODE\n    pattern: softmax\n"
             "    variants: [candidate]\n",
-            "s.yaml:11: checks.0: give exactly one bound",
+            "s.yaml:11: rules.0: give exactly one bound",
         ),
-        ("checks:\n  - name: c\n    kind: tpot_gain\n    min_gain: 2\n", "s.yaml:13: checks.0.min_gain: Input should be less than 1"),
+        ("rules:\n  - name: c\n    kind: tpot_gain\n    min_gain: 2\n", "s.yaml:13: rules.0.min_gain: Input should be less than 1"),
         ("regions:\n  replace: true\n", "s.yaml:10: regions: replace: true needs at least one rule"),
-        ("checks:\n  - {name: c, kind: nosuch}\n", "s.yaml:11: checks.0: Input tag 'nosuch' found using 'kind' does not match"),
+        ("rules:\n  - {name: c, kind: nosuch}\n", "s.yaml:11: rules.0: Input tag 'nosuch' found using 'kind' does not match"),
     ],
 )
 def test_errors_name_file_line_and_field(tmp_path, extra, expected):
@@ -86,6 +86,24 @@ def test_errors_name_file_line_and_field(tmp_path, extra, expected):
     message = str(exc.value)
     assert "\n" not in message
     assert message.split("/")[-1].startswith(expected), message
+
+
+def test_a_scenario_that_says_checks_reads_as_rules(tmp_path):
+    """`checks:`, the old name of `rules:`: the same scenario, its errors named and
+    located as the file writes them; both names in one file is one line."""
+    rule = "  - {name: c, kind: tpot_gain, min_gain: 0.02}\n"
+    old, new = (load_scenario(write(tmp_path, MINIMAL + f"{key}:\n{rule}")) for key in ("checks", "rules"))
+    assert old == new and [r.name for r in old.rules] == ["c"]
+    with pytest.raises(HarnessInputError, match=r"s.yaml:13: checks.0.min_gain: Input should be less than 1$"):
+        load_scenario(write(tmp_path, MINIMAL + "checks:\n  - name: c\n    kind: tpot_gain\n    min_gain: 2\n"))
+    with pytest.raises(HarnessInputError, match=r"s.yaml:12: checks.1.name: duplicate rule name 'c'$"):
+        load_scenario(write(tmp_path, MINIMAL + f"checks:\n{rule}{rule}"))
+    with pytest.raises(HarnessInputError, match=r"s.yaml:12: checks: the old name of `rules`, which the scenario also "
+                                                 r"gives: keep `rules` only$"):
+        load_scenario(write(tmp_path, MINIMAL + f"rules:\n{rule}checks:\n{rule}"))
+    # `--set` on such a file gives the rules by their current name
+    over = load_scenario(write(tmp_path, MINIMAL + f"checks:\n{rule}"), ["rules=[{name: d, kind: output_identity}]"])
+    assert [r.name for r in over.rules] == ["d"]
 
 
 def test_missing_candidate_variant(tmp_path):

@@ -97,9 +97,9 @@ def test_scenario_shape(path):
     assert scenario.variants["candidate"].patches == [] and not scenario.variants["candidate"].args
     assert scenario.workload.concurrency == 1 and scenario.workload.temperature == 0.0
     assert scenario.trials.repetitions >= 10 and scenario.profile.activities == ["CPU", "GPU"]
-    kinds = {check.kind for check in scenario.checks}
+    kinds = {rule.kind for rule in scenario.rules}
     assert {"kernel_count", "accept_length", "output_identity", "tpot_gain"} <= kinds
-    regions = {(c.region, tuple(c.variants)) for c in scenario.checks if c.kind == "kernel_count"}
+    regions = {(c.region, tuple(c.variants)) for c in scenario.rules if c.kind == "kernel_count"}
     assert regions == {("DRAFT_DECODE", ("candidate",)), ("DRAFT_EXTEND", ("candidate",)), ("DRAFT_DECODE", ("baseline",))}
     # both ways to get a baseline are documented in the file
     text = path.read_text()
@@ -120,10 +120,10 @@ def test_cpu_scenario_shape():
         REPO / ".sglang-cpu" / "venv" / "bin" / "python")
     assert scenario.profile.activities == ["CPU"] and scenario.profile.with_stack  # spans and frames
     assert scenario.trials.mode == "interleaved" and scenario.trials.launches_per_arm == 3
-    counted = {(c.region, c.pattern, tuple(c.variants)) for c in scenario.checks if c.kind == "kernel_count"}
+    counted = {(c.region, c.pattern, tuple(c.variants)) for c in scenario.rules if c.kind == "kernel_count"}
     assert {("DRAFT_DECODE", "softmax", ("candidate",)), ("DRAFT_EXTEND", "softmax", ("candidate",)),
             ("DRAFT_DECODE", "softmax", ("baseline",)), ("DRAFT_DECODE", "argmax", ("candidate",))} <= counted
-    assert {"accept_length", "output_identity", "tpot_gain"} <= {c.kind for c in scenario.checks}
+    assert {"accept_length", "output_identity", "tpot_gain"} <= {c.kind for c in scenario.rules}
 
 
 def test_release_sweep_scenario_shape():
@@ -143,7 +143,7 @@ def test_release_sweep_scenario_shape():
     # regions from the EAGLE worker's methods only (the stage spans exist from 0.5.16 on)
     assert sweep.regions.replace and {r.name for r in sweep.regions.rules} >= {"DRAFT_DECODE", "DRAFT_EXTEND"}
     assert all("eagle_worker_v2" in r.regex for r in sweep.regions.rules)
-    assert sweep.profile.with_stack and {c.kind for c in sweep.checks} == {"kernel_count", "output_identity"}
+    assert sweep.profile.with_stack and {c.kind for c in sweep.rules} == {"kernel_count", "output_identity"}
     assert sweep.variants["baseline"].patches == cpu.variants["baseline"].patches
     assert sweep.variants["candidate"].patches == cpu.variants["candidate"].patches
 
@@ -235,11 +235,11 @@ def test_restore_patch_with_multi_layer_eagle_is_refused_before_starting(tmp_pat
 @pytest.mark.parametrize("path", sorted((REPO / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
 def test_no_shipped_rule_cannot_fail(path):
     # A rule with every bound unset is only informational (INFO): none is shipped.
-    from sglang_spec_harness.verdict.rules import informational
+    from sglang_spec_harness.verdict.judge import informational
 
     scenario = load_scenario(path)
-    assert scenario.checks
-    assert [c.name for c in scenario.checks if informational(c)] == []
+    assert scenario.rules
+    assert [c.name for c in scenario.rules if informational(c)] == []
 
 
 def test_rocm_scenario_reproduces_26358():
@@ -250,7 +250,7 @@ def test_rocm_scenario_reproduces_26358():
     assert (args["--tp-size"], args["--speculative-algorithm"], args["--speculative-num-steps"],
             args["--speculative-eagle-topk"], args["--speculative-num-draft-tokens"],
             args["--mem-fraction-static"]) == (8, "EAGLE", 5, 1, 6, 0.7)
-    identity = [c for c in scenario.checks if c.kind == "output_identity"]
+    identity = [c for c in scenario.rules if c.kind == "output_identity"]
     assert len(identity) == 1 and identity[0].min_fraction == 1.0  # what #26358 needed
     assert scenario.workload.temperature == 0.0 and scenario.workload.concurrency == 1
 

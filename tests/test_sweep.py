@@ -190,7 +190,7 @@ def test_a_stored_point_of_another_scenario_or_that_could_not_run_is_not_reused(
     assert why_not_reusable(stored, ours, "candidate", needs)[1] == \
         "it ran another scenario (variants.candidate.description, variants.candidate.pythonpath differ)"
     # the rules and the seed may differ; what the trials measured may not
-    same = ours.model_copy(update={"checks": ours.checks[:1], "name": "renamed",
+    same = ours.model_copy(update={"rules": ours.rules[:1], "name": "renamed",
                                    "trials": ours.trials.model_copy(update={"seed": 12345})})
     assert why_not_reusable(stored, same, "candidate", needs, elsewhere)[1] == ""
     longer = ours.model_copy(update={"workload": ours.workload.model_copy(update={"output_len": 32})})

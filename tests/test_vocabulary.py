@@ -6,16 +6,16 @@ import json
 import typing
 
 from sglang_spec_harness import vocabulary as v
-from sglang_spec_harness.scenario import Check
+from sglang_spec_harness.scenario import Rule
 from sglang_spec_harness.traces.regions import DEFAULT_SGLANG_REGIONS, RegionTable
-from sglang_spec_harness.verdict.rules import EVALUATORS
+from sglang_spec_harness.verdict.rules.registry import EVALUATORS
 
 
-def test_the_rule_kinds_are_the_scenarios_check_kinds_and_the_evaluators():
-    union = typing.get_args(Check)[0]  # Annotated[A | B | ..., Field(discriminator="kind")]
+def test_the_rule_kinds_are_the_scenarios_rule_kinds_and_the_evaluators():
+    union = typing.get_args(Rule)[0]  # Annotated[A | B | ..., Field(discriminator="kind")]
     scenario_kinds = {typing.get_args(model.model_fields["kind"].annotation)[0] for model in typing.get_args(union)}
-    assert scenario_kinds == set(v.CHECK_KINDS) == set(EVALUATORS)
-    assert set(v.RuleKind) - set(v.CHECK_KINDS) == {v.RuleKind.AA_NOISE}
+    assert scenario_kinds == set(v.SCENARIO_RULE_KINDS) == set(EVALUATORS)
+    assert set(v.RuleKind) - set(v.SCENARIO_RULE_KINDS) == {v.RuleKind.AA_NOISE}
 
 
 def test_the_default_region_table_names_the_vocabularys_regions():

@@ -4,7 +4,7 @@ Which trials a rule needs (by kind):
 - `kernel_count`: a profiled pass of each variant it names; one that expects zero also the baseline's
   (the rule is INCONCLUSIVE unless the baseline shows the pattern: the analysis could be blind);
 - `output_identity`: a profiled pass of both arms: they send the same prompts, and a run without
-  timed trials compares those (`sglang_spec_harness.verdict.rules.output_source`). One server launch per step
+  timed trials compares those (`sglang_spec_harness.verdict.evidence.output_source`). One server launch per step
   then serves both the kernel counts and the outputs, where a timed part would add launches;
 - `accept_length`, `tpot_gain`: timed trials of both arms; `explained_gain`: timed and profiled.
 Rules that need only profiled passes are exact (counts, token ids): the arms that do not change
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.run.plan import TrialKind, make_plan
-from sglang_spec_harness.scenario import Check, KernelCountCheck, Scenario
-from sglang_spec_harness.verdict.rules import expects_absence
+from sglang_spec_harness.scenario import KernelCountRule, Rule, Scenario
+from sglang_spec_harness.verdict.rules.kernel_count import expects_absence
 from sglang_spec_harness.vocabulary import RuleKind
 
 Need = tuple[str, TrialKind]  # (arm, kind)
@@ -34,31 +34,31 @@ _TRIAL_KINDS: dict[str, tuple[TrialKind, ...]] = {
 }
 
 
-def rule_needs(scenario: Scenario, check: Check) -> set[Need]:
+def rule_needs(scenario: Scenario, rule: Rule) -> set[Need]:
     """The (arm, kind) pairs of trials the rule reads."""
-    if isinstance(check, KernelCountCheck):
-        needs: set[Need] = {(variant, "profiled") for variant in check.variants}
-        if expects_absence(check) and "baseline" in scenario.variants:
+    if isinstance(rule, KernelCountRule):
+        needs: set[Need] = {(variant, "profiled") for variant in rule.variants}
+        if expects_absence(rule) and "baseline" in scenario.variants:
             needs.add(("baseline", "profiled"))
         return needs
-    arms = (check.baseline, check.candidate)
-    kinds = _TRIAL_KINDS.get(check.kind, ("timed",))
+    arms = (rule.baseline, rule.candidate)
+    kinds = _TRIAL_KINDS.get(rule.kind, ("timed",))
     return {(arm, kind) for arm in arms for kind in kinds}
 
 
-def judged_arms(check: Check) -> set[str]:
+def judged_arms(rule: Rule) -> set[str]:
     """The arms whose trials decide the rule's PASS or FAIL (a kernel-count rule's baseline control
     can only make it INCONCLUSIVE)."""
-    if isinstance(check, KernelCountCheck):
-        return set(check.variants)
-    return {check.baseline, check.candidate}
+    if isinstance(rule, KernelCountRule):
+        return set(rule.variants)
+    return {rule.baseline, rule.candidate}
 
 
 @dataclass(frozen=True)
 class StepPlan:
     """Which trials run once (the arms that do not change) and which at every commit."""
 
-    rules: list[Check]
+    rules: list[Rule]
     once: frozenset[Need]  # run before the first step, adopted by every step's run directory
     each_step: frozenset[Need]
     statistical: bool  # a rule needs timed trials: full A/B at each step, INCONCLUSIVE retried
@@ -69,28 +69,28 @@ class StepPlan:
         return f"once: {fmt(self.once)}; each step: {fmt(self.each_step)}"
 
 
-def choose_rules(scenario: Scenario, variant: str, names: list[str], where: str) -> list[Check]:
+def choose_rules(scenario: Scenario, variant: str, names: list[str], where: str) -> list[Rule]:
     """The rules named (in the scenario's order), or by default every exact rule that judges the variant."""
-    by_name = {check.name: check for check in scenario.checks}
+    by_name = {rule.name: rule for rule in scenario.rules}
     for name in names:
         if name not in by_name:
             raise HarnessInputError(f"--rule {name}: no such rule in {where} (rules: {', '.join(by_name) or 'none'})")
     if names:
-        chosen = [check for check in scenario.checks if check.name in names]
-        for check in chosen:
-            if variant not in judged_arms(check):
-                raise HarnessInputError(f"--rule {check.name}: does not judge variant {variant!r}, so it would give "
+        chosen = [rule for rule in scenario.rules if rule.name in names]
+        for rule in chosen:
+            if variant not in judged_arms(rule):
+                raise HarnessInputError(f"--rule {rule.name}: does not judge variant {variant!r}, so it would give "
                                         "the same verdict at every commit")
         return chosen
-    chosen = [check for check in scenario.checks if check.kind in EXACT_KINDS and variant in judged_arms(check)]
+    chosen = [rule for rule in scenario.rules if rule.kind in EXACT_KINDS and variant in judged_arms(rule)]
     if not chosen:
         raise HarnessInputError(f"{where}: no kernel_count or output_identity rule judges variant {variant!r}; "
                                 "name the rules to bisect on with --rule")
     return chosen
 
 
-def step_plan(scenario: Scenario, variant: str, rules: list[Check], where: str) -> StepPlan:
-    needs: set[Need] = set().union(*(rule_needs(scenario, check) for check in rules))
+def step_plan(scenario: Scenario, variant: str, rules: list[Rule], where: str) -> StepPlan:
+    needs: set[Need] = set().union(*(rule_needs(scenario, rule) for rule in rules))
     statistical = any(kind == "timed" for _, kind in needs)
     mine = frozenset(need for need in needs if need[0] == variant)
     once = frozenset() if statistical else frozenset(needs) - mine

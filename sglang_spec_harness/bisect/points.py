@@ -14,7 +14,7 @@ from pathlib import Path
 from sglang_spec_harness.bisect.plan import StepPlan
 from sglang_spec_harness.bisect.reuse import StoredPoint, copy_stored_run
 from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, TargetInstall, check_provider_name
-from sglang_spec_harness.rundir import CheckResults, RunRecord, SweepPoint, read_record, write_record
+from sglang_spec_harness.rundir import ResultsRecord, RunRecord, SweepPoint, read_record, write_record
 from sglang_spec_harness.run.combine import adopt_trials
 from sglang_spec_harness.run.execute import RunResult, run_scenario
 from sglang_spec_harness.run.progress import RunProgress
@@ -82,12 +82,12 @@ class PointOutcome:
     complete: bool
 
 
-def first_reason(checks: CheckResults) -> str:
+def first_reason(results: ResultsRecord) -> str:
     for verdict in (FAIL, INCONCLUSIVE):
-        for rule in checks.rules:
+        for rule in results.rules:
             if rule.verdict == verdict:
                 return f"{rule.name}: {rule.reason}"
-    return f"{len(checks.rules)} rule(s) pass: {', '.join(rule.name for rule in checks.rules)}"
+    return f"{len(results.rules)} rule(s) pass: {', '.join(rule.name for rule in results.rules)}"
 
 
 class PointRunner:
@@ -114,7 +114,7 @@ class PointRunner:
         check the rules and write the report. A run that did not complete is INCONCLUSIVE with the
         reason it stopped."""
         from sglang_spec_harness.report import build_report
-        from sglang_spec_harness.verdict.rules import check_run_dir
+        from sglang_spec_harness.verdict.judge import check_run_dir
 
         run = self._run(scenario, select if select is not None else self.plan.each_step, run_dir)
         if self.once_run_dir is not None:
@@ -123,20 +123,20 @@ class PointRunner:
             record = read_record(run_dir / "run.json", RunRecord)
             record.sweep = sweep
             write_record(run_dir / "run.json", record)
-        checks = check_run_dir(run_dir)
+        results = check_run_dir(run_dir)
         build_report(run_dir)
         if run.status != "complete":
             return PointOutcome(run_dir, run, INCONCLUSIVE, f"run incomplete: {why_it_stopped(run)}", complete=False)
-        return PointOutcome(run_dir, run, checks.verdict, first_reason(checks), complete=True)
+        return PointOutcome(run_dir, run, results.verdict, first_reason(results), complete=True)
 
     def judge_stored(self, stored: StoredPoint, theirs: Scenario, scenario: Scenario, run_dir: Path) -> PointOutcome:
         """Judge a point from a stored run (`sglang_spec_harness.bisect.reuse`): its trials linked into `run_dir`,
         the rules of `scenario` checked, the report written; no server starts."""
         from sglang_spec_harness.report import build_report
-        from sglang_spec_harness.verdict.rules import check_run_dir
+        from sglang_spec_harness.verdict.judge import check_run_dir
 
         copy_stored_run(stored, theirs, scenario, run_dir)
-        checks = check_run_dir(run_dir)
+        results = check_run_dir(run_dir)
         build_report(run_dir)
         run = RunResult(run_dir=run_dir, status="complete", plan=[], commands={})
-        return PointOutcome(run_dir, run, checks.verdict, first_reason(checks), complete=True)
+        return PointOutcome(run_dir, run, results.verdict, first_reason(results), complete=True)

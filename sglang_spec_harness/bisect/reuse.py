@@ -66,7 +66,7 @@ def _measured(scenario: Scenario, variant: str, worktree: str | None) -> dict[st
     """What decides the trials' measurements: the scenario less its name, description, rules and seed;
     a git point's worktree path replaced by a placeholder (the commit is compared instead)."""
     data = scenario.model_dump(mode="json")
-    for key in ("name", "description", "checks"):
+    for key in ("name", "description", "rules"):
         data.pop(key, None)
     data.get("trials", {}).pop("seed", None)
     if worktree:
@@ -112,7 +112,7 @@ def copy_stored_run(stored: StoredPoint, theirs: Scenario, rules: Scenario, run_
     """The step's run directory: the stored run's files as hard links (copies across filesystems),
     its scenario.yaml with the bisection's rules, run.json naming the run it came from."""
     link_tree(run_dir, stored.run_dir, leave_out=_REGENERATED)
-    write_text_atomic(run_dir / "scenario.yaml", scenario_to_yaml(theirs.model_copy(update={"checks": rules.checks})))
+    write_text_atomic(run_dir / "scenario.yaml", scenario_to_yaml(theirs.model_copy(update={"rules": rules.rules})))
     record = read_record(run_dir / "run.json", RunRecord)
     record.adopted_from = os.path.relpath(stored.run_dir.resolve(), run_dir.resolve())
     record.sweep = None  # a step of the bisection, not a second point of the sweep in the history

@@ -109,7 +109,7 @@ def prepare(request: BisectRequest) -> tuple[Scenario, Repo | None, BisectResult
                                     "so every commit would run the same code (e.g. pythonpath: [/src/sglang/python])")
         good, bad, count, releases = repo.commit(good_hash), repo.commit(bad_hash), repo.count_between(good_hash, bad_hash), []
     # One seed for every run of the bisection: the subsets come from one plan and fit together.
-    scenario = with_run_seed(scenario.model_copy(update={"checks": rules}))
+    scenario = with_run_seed(scenario.model_copy(update={"rules": rules}))
     plan = step_plan(scenario, request.variant, rules, where)
     result = BisectResult(request=request, scenario=scenario.name, good=good, bad=bad, commits_in_range=count,
                           rules=[r.name for r in rules], plan=plan, out_dir=Path(), releases=releases)

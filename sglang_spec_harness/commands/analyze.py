@@ -83,5 +83,5 @@ def _rerun(args: argparse.Namespace) -> int:
     print(f"{one_line(args.run_dir)}/analysis.json: {len(record.trials)} profiled trial(s) analysed")
     for trial, error in (record.errors or {}).items():
         print(f"  {one_line(trial)}: analysis failed: {one_line(error)}")
-    # as in a run whose trace analysis failed: written, but the checks will lack that evidence
+    # as in a run whose trace analysis failed: written, but the rules will lack that evidence
     return EXIT_INCONCLUSIVE if record.errors else 0

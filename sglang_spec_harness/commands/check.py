@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sglang_spec_harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.judge import check_run_dir
 
     results = check_run_dir(args.run_dir, scenario_path=args.scenario)
     if args.json:
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     return results.exit_code
 
 
-def print_results(results) -> None:  # CheckResults, imported lazily
+def print_results(results) -> None:  # ResultsRecord, imported lazily
     """The rule table and the verdict, as a person reads them at the end of a run. Informational
     rules (no bound, so they cannot fail) get their own table: they are not part of the verdict."""
     from rich.console import Console

@@ -20,7 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "init": ("sglang_spec_harness.commands.init", "write the shipped scenarios to DIR/scenarios/ (to edit and run)"),
     "validate": ("sglang_spec_harness.commands.validate", "check scenario files (FILE:LINE: field: problem)"),
     "scenario-info": ("sglang_spec_harness.commands.scenario_info", "the machine each scenario needs and its CI runner labels (a job matrix)"),
-    "run": ("sglang_spec_harness.commands.run", "run a scenario: both variants, workload, profiler, trace analysis, then the checks"),
+    "run": ("sglang_spec_harness.commands.run", "run a scenario: both variants, workload, profiler, trace analysis, then its rules' verdict"),
     "analyze": ("sglang_spec_harness.commands.analyze", "count kernels (or CPU ops) per CUDA graph launch and region in traces"),
     "check": ("sglang_spec_harness.commands.check", "evaluate a stored run's rules: PASS / FAIL / INCONCLUSIVE (exit 0 / 1 / 3)"),
     "compare": ("sglang_spec_harness.commands.compare", "compare two stored runs of one scenario (e.g. yesterday's and today's)"),

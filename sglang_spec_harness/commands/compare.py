@@ -1,7 +1,7 @@
 """`harness compare RUN_A RUN_B`: did one variant change between two stored runs of a scenario?
 
 RUN_A is the reference (e.g. yesterday's main), RUN_B the new one. The same statistics as the
-checks: per-trial median TPOT, a bootstrap interval of the ratio B/A, and fail-closed verdicts.
+rules: per-trial median TPOT, a bootstrap interval of the ratio B/A, and fail-closed verdicts.
 """
 
 from __future__ import annotations

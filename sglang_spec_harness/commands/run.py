@@ -1,6 +1,6 @@
 """`harness run SCENARIO.yaml`: run both variants, measure, profile, analyse; then check and report.
 
-Exit codes: the checks' verdict when the run completes (0 PASS, 1 FAIL, 3 INCONCLUSIVE); 3 when a
+Exit codes: the rules' verdict when the run completes (0 PASS, 1 FAIL, 3 INCONCLUSIVE); 3 when a
 trial failed (nothing can be concluded from half a run); 130 on Ctrl-C; 2 for bad input.
 """
 
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_set_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
     parser.add_argument("--json", action="store_true",
-                        help="print the outcome as one JSON object (run_dir, status, verdict, exit_code, the checks' "
+                        help="print the outcome as one JSON object (run_dir, status, verdict, exit_code, the rules' "
                         "results, report); the progress and the verdict's lines go to stderr")
     parser.add_argument("--port", type=_port, metavar="N",
                         help="the servers' port (restart mode) or the first launch's (warm modes: launch k gets N+k); "
@@ -144,15 +144,15 @@ def _ranges(values: list[int]) -> str:
     return ", ".join(out)
 
 
-# ---- after the run: checks and report -----------------------------------------------------------
+# ---- after the run: the verdict and the report ---------------------------------------------------
 
 
 def evaluate_run_dir(run_dir: Path) -> int:
-    """After a run: the checks (results.json), the verdict on the terminal, the report, and the CI
+    """After a run: the rules (results.json), the verdict on the terminal, the report, and the CI
     job summary when $GITHUB_STEP_SUMMARY is set. Returns the verdict's exit code."""
     from sglang_spec_harness.commands.check import print_results
     from sglang_spec_harness.report import append_step_summary, build_report
-    from sglang_spec_harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.judge import check_run_dir
 
     results = check_run_dir(run_dir)
     print_results(results)
@@ -182,7 +182,7 @@ def _naming_the_file(path: Path, name: str) -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     from sglang_spec_harness.run.interrupts import signals_raise_interrupt
 
-    # The whole command: an interrupt while the checks or the report run is one too (exit 128 + signal).
+    # The whole command: an interrupt while the rules or the report run is one too (exit 128 + signal).
     with signals_raise_interrupt():
         if not args.json:
             return _run(args, {})
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
 
 def outcome_json(facts: dict[str, Any], code: int) -> dict[str, Any]:
     """`harness run --json`: what a CI step reads. `results` is the run's results.json (null when the
-    checks did not run); a dry run gives its plan instead."""
+    rules were not judged); a dry run gives its plan instead."""
     from sglang_spec_harness.errors import HarnessInputError
     from sglang_spec_harness.rundir import read_json
 
@@ -262,13 +262,13 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
         return int(result.exit_code or 130)
     if result.status != "complete":
         if result.run_dir is not None and (result.run_dir / "run.json").is_file():
-            # The checks and report of what was measured: the verdict is INCONCLUSIVE at best.
+            # The verdict and report of what was measured: the verdict is INCONCLUSIVE at best.
             try:
                 evaluate_run_dir(result.run_dir)
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # the run's own error below is what matters
-                print(f"harness run: checks/report of the incomplete run failed: {one_line(exc)}", file=sys.stderr)
+                print(f"harness run: the verdict/report of the incomplete run failed: {one_line(exc)}", file=sys.stderr)
         for line in result.log_tail[-10:]:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)
         print(f"harness run: INCONCLUSIVE (run incomplete): {result.error}{where}", file=sys.stderr)
@@ -277,7 +277,7 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     try:
         code = evaluate_run_dir(result.run_dir)
     except OSError as exc:  # e.g. the disk filled up after the last trial: the measurements are whole
-        print(f"harness run: the run is complete but its checks or report could not be written "
+        print(f"harness run: the run is complete but its verdict or report could not be written "
               f"({one_line(exc)}); free space, then: harness check {result.run_dir}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"results: {result.run_dir}")

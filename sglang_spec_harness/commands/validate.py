@@ -40,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
         else:
             sampling = f"restart, {trials.repetitions} timed + {trials.profiled} profiled trials per variant"
         print(f"{path}: ok ({s.name}: engine {s.engine}, variants {', '.join(s.variants)}, {sampling}, "
-              f"{len(s.checks)} checks)")
+              f"{len(s.rules)} rules)")
     return 0

@@ -31,6 +31,7 @@ from sglang_spec_harness.history import db
 from sglang_spec_harness.history.changepoints import ChangePoint, Options, change_points, exact_change_points
 from sglang_spec_harness.history.explain import Explainer
 from sglang_spec_harness.rundir import as_list, as_object
+from sglang_spec_harness.scenario import with_current_keys
 from sglang_spec_harness.vocabulary import FAIL, NO_REGION, PASS, RuleKind
 
 FACTS_VERSION = 2
@@ -158,8 +159,9 @@ def _op_mix(rows: list[tuple[str, str, int, float, int]]) -> tuple[float, str]:
 
 
 def regions_that_matter(scenario: Any) -> set[str] | None:
-    """The regions a scenario's kernel_count rules count in (None: it has none, every region matters)."""
-    regions = {rule["region"] for rule in as_list(as_object(scenario).get("checks"))
+    """The regions a scenario's kernel_count rules count in (None: it has none, every region matters).
+    A row an older harness ingested holds the scenario with its old key names."""
+    regions = {rule["region"] for rule in as_list(with_current_keys(as_object(scenario)).get("rules"))
                if isinstance(rule, dict) and rule.get("kind") == RuleKind.KERNEL_COUNT and isinstance(rule.get("region"), str)}
     return regions or None
 

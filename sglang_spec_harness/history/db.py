@@ -75,7 +75,7 @@ runs = sa.Table(
     sa.Column("sweep_point", sa.String(255)),
     sa.Column("sweep_label", sa.String(255)),
     sa.Column("sweep_position", sa.Integer),
-    sa.Column("scenario_json", sa.JSON),  # the resolved scenario (variant configurations, checks)
+    sa.Column("scenario_json", sa.JSON),  # the resolved scenario (variant configurations, rules)
     sa.Column("environment_json", sa.JSON),
     sa.Column("run_json", sa.JSON),
     sa.Column("ingested_at", sa.String(40), nullable=False),

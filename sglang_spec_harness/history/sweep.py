@@ -180,7 +180,7 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
             raise HarnessInputError(f"{where}: variants.{request.variant}.pythonpath: no entry lies inside {repo.root}, "
                                     "so every revision would run the same code (e.g. pythonpath: [/src/sglang/python])")
     rules = choose_rules(scenario, request.variant, list(request.rules), where)
-    scenario = with_run_seed(scenario.model_copy(update={"checks": rules}))
+    scenario = with_run_seed(scenario.model_copy(update={"rules": rules}))
     plan = step_plan(scenario, request.variant, rules, where)
     if plan.statistical:
         raise HarnessInputError("a sweep judges each point by exact rules (kernel_count, output_identity): its points "

@@ -1,6 +1,6 @@
 """What the report shows of the trace analysis (analysis.json, one `TraceAnalysis` per profiled
 trial, written by the run stage), as plain rows for figures and tables:
-- the counts, per-rank facts and warnings: the numbers the checks judged, so the report shows them
+- the counts, per-rank facts and warnings: the numbers the rules judged, so the report shows them
   rather than recounting;
 - the trace views (`views`, sglang_spec_harness/traces/views.py): time per region and cycle, the top
   kernels (or CPU ops) per region, and the timeline of one cycle, computed when the trial was

@@ -11,7 +11,7 @@ smallest gain the data could detect); otherwise the next stage adds rounds, or o
 when launch-to-launch variance is the larger part of the estimate's variance and a launch is left.
 
 Each look is recorded in run.json (`looks`), with what it saw, what it decided and why; the final
-verdict's TPOT rule uses the last look's level (sglang_spec_harness.verdict.rules), so `harness check` gives the
+verdict's TPOT rule uses the last look's level (sglang_spec_harness.verdict.rules.tpot_gain), so `harness check` gives the
 run's own answer.
 """
 
@@ -24,7 +24,7 @@ from sglang_spec_harness.pages.numbers import fmt, pct, seconds
 from sglang_spec_harness.rundir.models import LookRecord, RuleResult, TpotGainResult
 from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.rundir.read import load_run_dir
-from sglang_spec_harness.scenario import ExplainedGainCheck, KernelCountCheck, Scenario, TpotGainCheck
+from sglang_spec_harness.scenario import ExplainedGainRule, KernelCountRule, Scenario, TpotGainRule
 from sglang_spec_harness.vocabulary import FAIL, PASS
 
 
@@ -41,15 +41,15 @@ class Next:
 def exact_look(run_dir: Path, scenario: Scenario, elapsed_s: float) -> tuple[LookRecord, Next]:
     """After the profiled passes: a kernel-count rule that FAILs is certain: the run ends. Not in an
     A/A run, whose arms both run the baseline (its verdict has no kernel rules)."""
-    from sglang_spec_harness.verdict.rules import EVALUATORS
+    from sglang_spec_harness.verdict.rules.registry import EVALUATORS
 
     run = load_run_dir(run_dir)
     failed = []
-    for check in [] if run.aa else scenario.checks:
-        if isinstance(check, KernelCountCheck):
-            result = EVALUATORS[check.kind](run, check)
+    for rule in [] if run.aa else scenario.rules:
+        if isinstance(rule, KernelCountRule):
+            result = EVALUATORS[rule.kind](run, rule)
             if result.verdict == FAIL:
-                failed.append(f"{check.name}: {result.reason}")
+                failed.append(f"{rule.name}: {result.reason}")
     spec = scenario.trials
     if failed:
         why = f"exact rule FAIL after the profiled passes, no timing can change it: {failed[0]}"
@@ -64,29 +64,31 @@ def exact_look(run_dir: Path, scenario: Scenario, elapsed_s: float) -> tuple[Loo
 def tpot_look(run_dir: Path, scenario: Scenario, looks: list[LookRecord], *, rounds: int, launches_per_arm: int,
               elapsed_s: float, per_round_s: float, launch_s: float) -> tuple[LookRecord, Next]:
     """After a stage of rounds: the TPOT rules at this look's level; stop or grow."""
-    from sglang_spec_harness.verdict.rules import EVALUATORS, informational, look_levels, tpot_rule_at
+    from sglang_spec_harness.verdict.judge import informational
+    from sglang_spec_harness.verdict.rules.registry import EVALUATORS
+    from sglang_spec_harness.verdict.rules.tpot_gain import look_levels, tpot_rule_at
 
     spec = scenario.trials
     budget = spec.budget
     assert budget is not None
     run = load_run_dir(run_dir)
     fractions = [look.fraction for look in looks if look.fraction is not None] + [rounds / budget.max_rounds]
-    checks = [c for c in scenario.checks if isinstance(c, TpotGainCheck)]
-    if not checks:
+    tpot_rules = [c for c in scenario.rules if isinstance(c, TpotGainRule)]
+    if not tpot_rules:
         raise ValueError("trials.budget needs a tpot_gain rule to look at")
     results = []
-    for check in checks:
-        alpha, _ = look_levels(check, fractions, budget.spending)[-1]
-        results.append(tpot_rule_at(run, check, alpha))
+    for rule in tpot_rules:
+        alpha, _ = look_levels(rule, fractions, budget.spending)[-1]
+        results.append(tpot_rule_at(run, rule, alpha))
     # Judged on the TPOT interval too: a run stopped with one of them INCONCLUSIVE would end INCONCLUSIVE
     # where more rounds could decide it (an explained gain whose interval reached past max_ratio).
-    inherits = [] if run.aa else [EVALUATORS[c.kind](run, c) for c in scenario.checks
-                                  if isinstance(c, ExplainedGainCheck) and not informational(c)]
+    inherits = [] if run.aa else [EVALUATORS[c.kind](run, c) for c in scenario.rules
+                                  if isinstance(c, ExplainedGainRule) and not informational(c)]
     first = results[0]
     n = first.numbers
     nested = n.nested or NestedFitNumbers()
     record = dict(kind="tpot", rounds=rounds, launches_per_arm=launches_per_arm, fraction=fractions[-1],
-                  nominal_alpha=look_levels(checks[0], fractions, budget.spending)[-1][0],
+                  nominal_alpha=look_levels(tpot_rules[0], fractions, budget.spending)[-1][0],
                   verdict=str(first.verdict), ratio=n.ratio, ci_low=n.ci_low, ci_high=n.ci_high,
                   min_detectable_gain=n.min_detectable_gain, sd_launch=nested.sd_launch,
                   sd_block=nested.sd_block, df=nested.df, elapsed_s=round(elapsed_s, 3))

@@ -62,7 +62,7 @@ DEFAULT_OUT_ROOT = Path("reports/runs")
 # while the first server comes up, where the harness waits anyway (run.server.do_while_waiting): a run
 # that FAILs on its first profile would otherwise wait ~1.2 s for them. Before the first timed trial
 # at the latest (the client's CPU).
-RUN_IMPORTS = ("sglang_spec_harness.traces.analysis", "sglang_spec_harness.verdict.rules")
+RUN_IMPORTS = ("sglang_spec_harness.traces.analysis", "sglang_spec_harness.verdict.judge")
 
 
 # ---- results ------------------------------------------------------------------------------------
@@ -83,8 +83,8 @@ class RunResult:
 
     @property
     def exit_code(self) -> int | None:
-        """128 + signal when interrupted (130 for Ctrl-C, also after the last trial: the checks did not
-        run); None when the run completed (the checks decide); 3 otherwise."""
+        """128 + signal when interrupted (130 for Ctrl-C, also after the last trial: the rules were
+        not judged); None when the run completed (the rules decide); 3 otherwise."""
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by
         if self.status != "incomplete":
@@ -273,7 +273,7 @@ class _Run:
         if trials[position].kind == "profiled":
             # After every profiled pass: a kernel rule that FAILs on the passes so far is certain.
             if self.analysis_errors:
-                return True  # the checks report it; the exact look has no evidence to judge
+                return True  # the rules report it; the exact look has no evidence to judge
             look, nxt = adaptive.exact_look(run_dir, scenario, elapsed)
             if not nxt.stop and position != last_profiled:
                 return True
@@ -305,7 +305,7 @@ class _Run:
         try:
             self.analysis.trials[trial.dir_name] = analyze_trial_traces(
                 self.scenario, self.result.run_dir / trial.dir, outcome.traces)
-        except Exception as exc:  # recorded; checks then lack evidence
+        except Exception as exc:  # recorded; the rules then lack evidence
             self.analysis_errors[trial.dir_name] = f"{type(exc).__name__}: {exc}"
             self.analysis.errors = self.analysis_errors
         write_record(self.result.run_dir / "analysis.json", self.analysis)

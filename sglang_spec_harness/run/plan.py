@@ -35,7 +35,7 @@ Order (restart mode):
   the 2-core CI VM gave false verdicts in 2 of 6 ABBA runs, the coin-flip null in 2% of splits).
 
 A/A mode (`aa=True`): two arms named `baseline` and `candidate`, both configured from the baseline
-variant; whatever differs between them is noise. Checks treat them as baseline and candidate.
+variant; whatever differs between them is noise. The rules treat them as baseline and candidate.
 
 A subset (`make_plan(..., select={(arm, kind), ...})`): only those trials of the full plan, with the
 launches that serve them. They keep their place in the full plan (index, directory name, prompts), so

@@ -22,7 +22,7 @@ def reanalyze_run(run_dir: str | Path) -> AnalysisRecord:
             continue
         try:
             record.trials[trial.name] = analyze_trial_traces(run.scenario, trial.dir, trial.record.traces)
-        except Exception as exc:  # recorded, as the run stage records it: the checks then lack evidence
+        except Exception as exc:  # recorded, as the run stage records it: the rules then lack evidence
             errors[trial.name] = f"{type(exc).__name__}: {exc}"
     if errors:
         record.errors = errors

@@ -306,7 +306,7 @@ def summarize(records: Sequence[RequestRow], duration_s: float | None) -> TrialS
     verify_known = [r.spec_verify_ct for r in ok if r.spec_verify_ct is not None]
     verify = sum(verify_known) if verify_known else None
     tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
-    # Recorded as measured, not validated: a number the checks refuse (a TPOT of 0 from a server that
+    # Recorded as measured, not validated: a number the rules refuse (a TPOT of 0 from a server that
     # sent every token in one chunk) is refused by `harness check` with the reason, not by the run.
     return TrialSummary.model_construct(
         requests=len(measured),

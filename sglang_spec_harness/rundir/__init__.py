@@ -1,26 +1,28 @@
 """The run directory: the contract between the run stage that writes it and the stages that read it
-(checks, report, compare, history). docs/internals.md, "The run directory", describes each file.
+(the verdict, report, compare, history). docs/internals.md, "The run directory", describes each file.
 
 - `models`: one pydantic model per record (run.json, launch.json, trial.json and its summary,
   requests.jsonl rows, analysis.json, environment.json, results.json) and SCHEMA_VERSION
 - `write`: writing records, atomically
-- `read`: reading and validating a run directory as hostile data: `load_run_dir` (strict for the
-  checks, lenient for the report and the history), `read_record`, `read_json`, `validated`, `inside`,
+- `read`: reading and validating a run directory as hostile data: `load_run_dir` (strict for
+  `harness check`, lenient for the report and the history), `read_record`, `read_json`, `validated`, `inside`,
   and the readers' one size cap (`MAX_FILE_BYTES`) and idea of a valid number (`valid_number`)
 - `migrations`: records of older schema versions brought to the current one on load
+- `integrity`: whether a run directory is whole (`missing_pieces`)
 """
 
+from sglang_spec_harness.rundir.integrity import missing_pieces
 from sglang_spec_harness.rundir.models import (
     MAX_NUMBER,
     SCHEMA_VERSION,
     AnalysisRecord,
-    CheckResults,
     EnvironmentRecord,
     LaunchEntry,
     LaunchRecord,
     PlanEntry,
     Precondition,
     RequestRow,
+    ResultsRecord,
     RuleResult,
     RunRecord,
     SweepPoint,
@@ -50,7 +52,6 @@ __all__ = [
     "MAX_NUMBER",
     "SCHEMA_VERSION",
     "AnalysisRecord",
-    "CheckResults",
     "EnvironmentRecord",
     "LaunchEntry",
     "LaunchRecord",
@@ -58,6 +59,7 @@ __all__ = [
     "Precondition",
     "RecordFile",
     "RequestRow",
+    "ResultsRecord",
     "RuleResult",
     "RunDir",
     "RunRecord",
@@ -71,6 +73,7 @@ __all__ = [
     "inside",
     "is_run_dir",
     "load_run_dir",
+    "missing_pieces",
     "now",
     "read_json",
     "read_record",

@@ -10,6 +10,7 @@ Versions:
 1  0.1.0 and before (import package `harness`)
 2  the import package renamed `sglang_spec_harness`: the resolved scenario names patch modules
    `sglang_spec_harness.*`; run.json always says its `mode`
+3  one word for what a scenario declares: the resolved scenario's `checks:` is `rules:`
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Literal
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.rundir.models import SCHEMA_VERSION
-from sglang_spec_harness.scenario import current_module_name
+from sglang_spec_harness.scenario import current_module_name, with_current_keys
 
 # What a migration is given: which record, and its data.
 RecordKind = Literal["run.json", "analysis.json", "environment.json", "results.json", "scenario.yaml"]
@@ -44,8 +45,13 @@ def _v1_to_v2(kind: RecordKind, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _v2_to_v3(kind: RecordKind, data: dict[str, Any]) -> dict[str, Any]:
+    """The stored scenario's `checks:` under its current name, `rules:` (scenario.LEGACY_KEYS)."""
+    return with_current_keys(data) if kind == "scenario.yaml" else data
+
+
 # version -> the migration to version + 1
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def version_of(path: Path, data: dict[str, Any]) -> int:

@@ -41,7 +41,7 @@ from sglang_spec_harness.vocabulary import Verdict
 # The version of the run directory's versioned records (run.json, analysis.json, environment.json,
 # results.json): older ones are migrated on load (rundir/migrations.py lists the versions), a newer
 # one is refused by `harness check` and a note in the report and the history.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The largest number a record may hold where the harness measures (counts, times, rates): beyond it a
 # number is damage, not a measurement (1e12 ms is 30 years; a TPOT of 1e308 would overflow the statistics).
 MAX_NUMBER = 1e12
@@ -390,7 +390,7 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-class CheckResults(BaseModel):
+class ResultsRecord(BaseModel):
     """results.json: the verdict of a run's rules (written whole by `harness check`; `harness compare`
     prints one for two runs)."""
 

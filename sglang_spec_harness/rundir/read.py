@@ -1,8 +1,8 @@
 """Reading a run directory back from disk: the one reader (docs/internals.md, "The run directory").
 
-The checks, `harness compare`, the report and the history all work from these files alone (so that
+The verdict (`harness check`), `harness compare`, the report and the history all work from these files alone (so that
 thresholds can change without rerunning anything), and all through `load_run_dir`: strict for the
-checks (a damaged file is bad input), lenient for the report and the history (a damaged file is
+verdict (a damaged file is bad input), lenient for the report and the history (a damaged file is
 noted, the rest is read). The files are data another machine wrote: read as hostile. Each record is
 migrated from its schema version (rundir/migrations.py) and checked against its model
 (sglang_spec_harness.rundir.models), under one size cap, so that a damaged file is one clear line
@@ -27,10 +27,10 @@ from sglang_spec_harness.rundir.models import (
     MAX_NUMBER,
     SCHEMA_VERSION,
     AnalysisRecord,
-    CheckResults,
     EnvironmentRecord,
     LaunchRecord,
     RequestRow,
+    ResultsRecord,
     RunRecord,
     TrialAnalysis,
     TrialRecord,
@@ -222,7 +222,7 @@ class RunDir:
     environment: EnvironmentRecord | None  # None: no environment.json
     # results.json (`harness check`'s output, so always read leniently: a damaged one is a note even
     # in strict mode, and the next check rewrites it)
-    results: CheckResults | None = None
+    results: ResultsRecord | None = None
     launches: dict[str, LaunchRecord] = field(default_factory=dict)  # run.json launch dir -> launch.json
     analysis_errors: dict[str, str] = field(default_factory=dict)  # trial -> why its analysis failed
     scenario_data: dict[str, Any] = field(default_factory=dict)  # the stored scenario as YAML data, migrated
@@ -345,7 +345,7 @@ def load_run_dir(path: str | Path, *, strict: bool = True, scenario_path: str | 
     return RunDir(
         path=path, run=run, trials=trials, analysis=analysis.trials, analysis_errors=analysis.errors or {},
         environment=loader.record("environment.json", EnvironmentRecord),
-        results=loader.record("results.json", CheckResults, always_lenient=True),
+        results=loader.record("results.json", ResultsRecord, always_lenient=True),
         launches=launches, scenario_data=data, damaged=loader.damaged, _scenario=scenario, _scenario_error=error,
     )
 

@@ -162,7 +162,7 @@ class NestedFitNumbers(Numbers):
     pooled: bool = False
 
 
-# ---- the checks' kinds (sglang_spec_harness.verdict.rules) ------------------------------------------
+# ---- the rules' kinds (sglang_spec_harness.verdict.rules) -------------------------------------------
 
 
 class ValidityNumbers(Numbers):

@@ -15,10 +15,10 @@ import json
 
 from pydantic import BaseModel
 
-from sglang_spec_harness.rundir.models import AnalysisRecord, CheckResults
+from sglang_spec_harness.rundir.models import AnalysisRecord, ResultsRecord
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"  # the draft pydantic generates
-RECORD_MODELS: dict[str, type[BaseModel]] = {"results": CheckResults, "analysis": AnalysisRecord}
+RECORD_MODELS: dict[str, type[BaseModel]] = {"results": ResultsRecord, "analysis": AnalysisRecord}
 
 
 def record_json_schema(name: str) -> str:

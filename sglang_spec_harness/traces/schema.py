@@ -1,5 +1,5 @@
 """The analysis document (`harness analyze --json`, and each trial of a run directory's
-`analysis.json`): pydantic models that the analysis writes and the checks, the report and the
+`analysis.json`): pydantic models that the analysis writes and the rules, the report and the
 history read. Field meanings are documented in docs/analysis.md.
 
 Fail-closed conventions: a count that the trace cannot support is `null` with `known: false` and
@@ -181,7 +181,7 @@ class OpTable(_Model):
 
 
 class Validity(_Model):
-    """Facts a fail-closed check needs before it may believe a zero."""
+    """Facts a fail-closed rule needs before it may believe a zero."""
 
     subject: Literal["gpu_ops", "cpu_ops", "mixed"]  # what the counts count
     kernels: int

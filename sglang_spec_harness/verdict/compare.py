@@ -3,7 +3,7 @@ rules (per-trial median TPOT, a bootstrap interval of the ratio B/A) and fail-cl
 
 from __future__ import annotations
 
-from sglang_spec_harness.rundir import CheckResults, RuleResult, RunDir
+from sglang_spec_harness.rundir import ResultsRecord, RuleResult, RunDir
 from sglang_spec_harness.rundir.models import (
     AcceptLengthChangeResult,
     KernelCountChangeResult,
@@ -17,13 +17,13 @@ from sglang_spec_harness.rundir.rule_numbers import (
     TpotChangeNumbers,
 )
 from sglang_spec_harness.verdict import stats
-from sglang_spec_harness.verdict.rules import outputs_by_index, region_pattern_counts, timed_values
+from sglang_spec_harness.verdict.evidence import outputs_by_index, region_pattern_counts, timed_values
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS, overall_verdict
 
 
 def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: float, confidence: float = 0.95,
-                 seed: int = 0) -> CheckResults:
-    """Rules comparing one variant across two runs; returns CheckResults (not written to either run)."""
+                 seed: int = 0) -> ResultsRecord:
+    """Rules comparing one variant across two runs; returns ResultsRecord (not written to either run)."""
     params = {"variant": variant, "max_slowdown": max_slowdown, "confidence": confidence}
     rules: list[RuleResult] = []
     a = timed_values(run_a, variant, "median_tpot_ms")
@@ -92,6 +92,6 @@ def compare_runs(run_a: RunDir, run_b: RunDir, *, variant: str, max_slowdown: fl
         "B": {"run_dir": str(run_b.path), "median_tpot_ms": b, "accept_length": acc_b},
     }
     verdict = overall_verdict([r.verdict for r in rules])
-    return CheckResults(scenario=run_a.scenario.name, run_dir=f"{run_a.path} vs {run_b.path}", aa=False,
-                        run_status="complete" if run_a.complete and run_b.complete else "incomplete",
-                        verdict=verdict, exit_code=verdict.exit_code, variants=variants, rules=rules)
+    return ResultsRecord(scenario=run_a.scenario.name, run_dir=f"{run_a.path} vs {run_b.path}", aa=False,
+                         run_status="complete" if run_a.complete and run_b.complete else "incomplete",
+                         verdict=verdict, exit_code=verdict.exit_code, variants=variants, rules=rules)

@@ -71,7 +71,7 @@ def write_scenario(root: Path, repo: Path, trials: dict | None = None, **candida
         "workload": {"num_requests": 2, "input_len": 16, "output_len": 16, "concurrency": 2, "warmup_requests": 1},
         "trials": trials or {"repetitions": 6, "profiled": 1},
         "profile": {"num_steps": 6, "activities": ["CPU"]},
-        "checks": [
+        "rules": [
             {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
              "variants": ["candidate"], "equals": 0},
             {"name": "same_outputs", "kind": "output_identity"},

@@ -231,7 +231,7 @@ def has_traceback(output: str) -> bool:
 
 def complete_but_damaged(run_dir: Path | None) -> list[str]:
     """A run that says `complete` must hold every planned trial, finished ok, and the analysis of
-    every profiled one: what the checks rely on."""
+    every profiled one: what the rules rely on."""
     run = read_json(run_dir / "run.json") if run_dir else None
     if not isinstance(run, dict) or run.get("status") != "complete":
         return []

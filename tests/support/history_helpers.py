@@ -2,7 +2,7 @@
 micro-engine runs, and a database of schema version 1.
 
 Series of runs are built with `rundir_factory` (planted TPOT, accept length and kernel counts, in the
-real file shapes, plus op tables made from the planted counts) and evaluated by the real checks
+real file shapes, plus op tables made from the planted counts) and evaluated by the real rules
 (`check_run_dir` writes results.json), each with its own name, start time and SGLang commit, as a
 nightly job would leave them. `micro_sweep` runs the micro engine as `harness sweep` would.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sglang_spec_harness.verdict.rules import check_run_dir
+from sglang_spec_harness.verdict.judge import check_run_dir
 from support.rundir_factory import Arm, file_facts, write_run_dir
 
 START = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
@@ -169,7 +169,7 @@ MICRO_SWEEP = {
     "workload": {"num_requests": 4, "input_len": 16, "output_len": 16, "concurrency": 1, "warmup_requests": 1},
     "trials": {"mode": "interleaved", "launches": 1, "repetitions": 2, "profiled": 1, "seed": 7},
     "profile": {"num_steps": 6, "activities": ["CPU"]},
-    "checks": [
+    "rules": [
         {"name": "candidate_no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
          "variants": ["candidate"], "per": "replay", "equals": 0},
         {"name": "identity", "kind": "output_identity"},

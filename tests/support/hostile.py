@@ -233,7 +233,7 @@ MICRO_SCENARIO = {
     "trials": {"repetitions": 2, "profiled": 1, "seed": 3},
     "patterns": {"argmax": "^aten::argmax$"},
     "regions": {"rules": [{"name": "DRAFT_DECODE", "regex": "^step\\[DECODE"}]},
-    "checks": [
+    "rules": [
         {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
          "variants": ["candidate"], "equals": 0},
         {"name": "accept", "kind": "accept_length"}, {"name": "identity", "kind": "output_identity"},
@@ -486,7 +486,7 @@ def build_base_runs(root: Path) -> list[Path]:
     from support.rundir_factory import Arm, file_facts, write_run_dir
     from support.report_run import make_run_dir
 
-    from sglang_spec_harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.judge import check_run_dir
 
     planted = write_run_dir(
         root / "planted", Arm([10.0, 10.1, 9.9, 10.05, 10.2, 9.95], profile=[file_facts(softmax_per_replay=2)]),
@@ -500,7 +500,7 @@ def build_base_runs(root: Path) -> list[Path]:
         info["summary"]["requests"] = 0
         trial_json.write_text(json.dumps(info))
     scenario = yaml.safe_load((traced / "scenario.yaml").read_text())
-    scenario["checks"] = [
+    scenario["rules"] = [
         {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
          "variants": ["candidate"], "equals": 0},
         {"name": "accept", "kind": "accept_length"}, {"name": "tpot", "kind": "tpot_gain", "min_gain": 0.01},

@@ -1,4 +1,4 @@
-"""Stored run directories with planted facts, for the checks and the report.
+"""Stored run directories with planted facts, for the rules and the report.
 
 Every file follows docs/internals.md; the trace analysis sections are validated against the real
 schema (sglang_spec_harness.traces.schema.FileAnalysis), so a schema change breaks these tests, not silently.
@@ -22,7 +22,7 @@ SCENARIO = {
     "engine": "micro",
     "variants": {"baseline": {"args": {"--disable-topk1-fast-path": True}}, "candidate": {}},
     "trials": {"repetitions": 6, "profiled": 1},
-    "checks": [
+    "rules": [
         {"name": "cand_no_softmax_dd", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
          "variants": ["candidate"], "equals": 0},
         {"name": "base_softmax_dd", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",

@@ -35,7 +35,7 @@ def write_scenario(directory: Path, name: str = "tiny", *, baseline: dict | None
         # a fixed order: the tests name the trial directories they expect
         "trials": {"repetitions": 1, "profiled": 1, "order": "abba", **(trials or {})},
         "profile": {"num_steps": 6, "activities": ["CPU"]},
-        "checks": [
+        "rules": [
             {"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
              "variants": ["candidate"], "equals": 0},
             {"name": "same_outputs", "kind": "output_identity"},

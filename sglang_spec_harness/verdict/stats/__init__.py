@@ -1,8 +1,8 @@
 """Statistics for the rules: TPOT gain, accept-length equivalence, A/A noise floor.
 
 Pure functions on per-trial values (one number per timed trial and arm, e.g. that trial's median
-TPOT or mean accept length). No I/O and no knowledge of scenarios or run directories; the checks
-module (`sglang_spec_harness/verdict/rules.py`) turns these results into rules and `results.json` entries.
+TPOT or mean accept length). No I/O and no knowledge of scenarios or run directories; the rule
+families (`sglang_spec_harness/verdict/rules/`) turn these results into rules and `results.json` entries.
 
 Conventions
 -----------

@@ -256,7 +256,7 @@ def false_verdict_rate(
     once the noise is well below min_gain. With min_gain = 0 both FAIL kinds coincide and
     false_verdict_rate == pass_or_fail (the pure two-sided false-positive rate).
 
-    Raises ValueError (a tool, not a check) when there are fewer than 2 * per_arm valid values.
+    Raises ValueError (a tool, not a rule) when there are fewer than 2 * per_arm valid values.
     """
     if not (0.0 <= min_gain < 1.0):
         raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")

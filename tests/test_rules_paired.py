@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from sglang_spec_harness.verdict import stats
-from sglang_spec_harness.verdict.rules import evaluate_run
+from sglang_spec_harness.verdict.judge import evaluate_run
 from sglang_spec_harness.rundir import load_run_dir
 from support.rundir_factory import Arm, file_facts, write_run_dir
 

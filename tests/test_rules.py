@@ -1,4 +1,4 @@
-"""The checks on stored run directories with planted facts: fail closed, exact reasons."""
+"""The rules on stored run directories with planted facts: fail closed, exact reasons."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from sglang_spec_harness.verdict.rules import evaluate_run, overall_verdict
 from sglang_spec_harness.commands.cli import main
 from sglang_spec_harness.rundir import load_run_dir
+from sglang_spec_harness.verdict.judge import evaluate_run
+from sglang_spec_harness.vocabulary import overall_verdict
 from support.rundir_factory import SCENARIO, Arm, file_facts, write_run_dir
 
 rng = np.random.default_rng(7)
@@ -211,7 +212,7 @@ def test_explained_gain_compares_measured_and_predicted_saving(tmp_path):
 
 def _with_explained_bounds(**bounds):
     scenario = json.loads(json.dumps(SCENARIO))
-    next(c for c in scenario["checks"] if c["kind"] == "explained_gain").update(bounds)
+    next(c for c in scenario["rules"] if c["kind"] == "explained_gain").update(bounds)
     return scenario
 
 
