@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml  # noqa: E402
-from sglang_spec_harness.sglang_cpu.install import is_current  # noqa: E402
+from sglang_spec_harness.sglang_cpu.base import is_current  # noqa: E402
 
 SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"
 INSTALL = REPO / ".sglang-cpu"

@@ -33,14 +33,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 import pandas as pd
 
 from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.pages.numbers import MISSING
 from sglang_spec_harness.run.profiling import TRACE_GLOB, ProfilingError, collect_traces, start_profile, stop_profile, trace_files
 from sglang_spec_harness.run.workload import Prompt, send_requests
 from sglang_spec_harness.scenario import ProfileSpec, WorkloadSpec
-from sglang_spec_harness.traces.analysis import TraceAnalysis, analyze_traces
+from sglang_spec_harness.traces.analysis import AnalyzedTraces, analyze_traces_with_tables
 from sglang_spec_harness.traces.patterns import DEFAULT_COUNT_PATTERNS
 from sglang_spec_harness.traces.regions import DEFAULT_SGLANG_REGIONS, RegionTable, region_table
 from sglang_spec_harness.vocabulary import NO_REGION
 from sglang_spec_harness.traces.replays import CountUnavailable, ReplayCounts, counting_query, replay_counts
+from sglang_spec_harness.traces.schema import TraceAnalysis
 
 __all__ = [
     "DEFAULT_COUNT_PATTERNS",
@@ -75,12 +77,13 @@ T = TypeVar("T")
 class ServerProfile:
     """The analysed traces of one profile: `count()`, `counts()` and `frame()` read them.
 
-    traces: the trace files (one per TP rank). analysis: the whole `TraceAnalysis` (its JSON, op
-    tables, launches; docs/analysis.md). base_url: the server profiled (None: read from files).
+    traces: the trace files (one per TP rank). analyzed: the analysis with its trace tables
+    (`analyzed.analysis` is the whole `TraceAnalysis`: its JSON, op tables; `analyzed.launches_frame()`
+    and the other frames; docs/analysis.md). base_url: the server profiled (None: read from files).
     """
 
     traces: tuple[Path, ...]
-    analysis: TraceAnalysis
+    analyzed: AnalyzedTraces
     base_url: str | None = None
 
     @classmethod
@@ -94,8 +97,14 @@ class ServerProfile:
         if not files:
             raise HarnessInputError("ServerProfile.from_traces: no trace file given")
         traces = tuple(Path(os.fsdecode(p)) for p in files)
-        analysis = analyze_traces(traces, {**DEFAULT_COUNT_PATTERNS, **(patterns or {})}, region_table(regions))
-        return cls(traces, analysis, base_url)
+        analyzed = analyze_traces_with_tables(traces, {**DEFAULT_COUNT_PATTERNS, **(patterns or {})},
+                                              region_table(regions))
+        return cls(traces, analyzed, base_url)
+
+    @property
+    def analysis(self) -> TraceAnalysis:
+        """The analysis document (as `harness analyze --json` prints it)."""
+        return self.analyzed.analysis
 
     @property
     def unit(self) -> Literal["graph_launch", "span"]:
@@ -123,10 +132,11 @@ class ServerProfile:
         source = self.base_url or (str(self.traces[0]) if len(self.traces) == 1 else f"{len(self.traces)} traces")
         if isinstance(pattern, str) and pattern in self.analysis.patterns and (
                 region == NO_REGION or region in self.table.region_names):
-            return replay_counts(self.analysis, region, pattern, source=source)
+            return replay_counts(self.analyzed, region, pattern, source=source)
         # A pattern or region the analysis did not count: the same traces again, with it added.
         counted, table = counting_query(pattern, region, self.table, self.analysis.patterns)
-        return replay_counts(analyze_traces(self.traces, [counted], table), region, counted.name, source=source)
+        return replay_counts(analyze_traces_with_tables(self.traces, [counted], table), region, counted.name,
+                             source=source)
 
     @overload
     def count(self, pattern: str | re.Pattern[str], *, region: str, per: Literal["replay"] = "replay") -> tuple[int, ...]: ...
@@ -156,7 +166,7 @@ class ServerProfile:
                 row = self.analysis.count(region, pattern, self.unit)
                 if row is None or not row.known:
                     continue  # not evidence: counts() says why
-                frame = self.analysis.instances_frame(region, pattern, self.unit).reset_index(drop=True)
+                frame = self.analyzed.instances_frame(region, pattern, self.unit).reset_index(drop=True)
                 frames.append(frame.assign(pattern=pattern, region=region, unit=self.unit, replay=frame.index))
         if not frames:
             return pd.DataFrame(columns=columns)
@@ -247,7 +257,7 @@ def _what(profile: ServerProfile, counts: ReplayCounts) -> str:
 def _found(counts: ReplayCounts) -> str:
     spread = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}..{counts.max()}"
     with_it = sum(1 for n in counts.per_replay if n)
-    names = ", ".join(f"{name} x{n}" for name, n in sorted(counts.matched_names.items())) or "-"
+    names = ", ".join(f"{name} x{n}" for name, n in sorted(counts.matched_names.items())) or MISSING
     eager = f", {counts.eager} launched eagerly in its spans" if counts.eager else ""
     return f"{spread} per replay ({with_it} of {counts.replays} replays, {counts.total} in all{eager}; {names})"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 import subprocess
 import sys
 import tarfile
@@ -13,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from sglang_spec_harness.traces import analyze_traces
+from sglang_spec_harness.traces import (
+    TraceAnalysis,
+    analyze_traces,
+    analyze_traces_with_tables,
+    kernels_per_launch_frame,
+    op_table_frame,
+)
 from sglang_spec_harness.verdict.judge import check_run_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -133,6 +140,31 @@ def test_check_under_a_scenario_with_a_pattern_the_run_did_not_count(gpu_run):
         trace = gpu_run / "trials" / trial / "profile" / f"{trial}-TP-0.trace.json.gz"
         row = analyze_traces([trace], {"argmax": "ArgMaxOps"}).files[0].regions["DRAFT_DECODE"].counts["argmax"]
         assert (row.unit, row.per_replay_min, row.per_replay_max) == ("graph_launch", expected, expected)
+
+
+def test_a_stored_analysis_answers_from_json_and_its_traces_answer_the_rest(gpu_run):
+    """analysis.json's document, loaded from JSON, answers the tables computed from a document; the
+    frames of launches, ops, spans and instances come from the trial's trace analysed again with its
+    tables (AnalyzedTraces), and they agree with the stored counts."""
+    trial = "33-baseline-profiled"
+    stored = TraceAnalysis.from_json_dict(json.loads((gpu_run / "analysis.json").read_text())["trials"][trial])
+    assert kernels_per_launch_frame(stored)[["kernels", "launches"]].to_numpy().tolist() == [[102, 42], [210, 21]]
+    ops = op_table_frame(stored)
+    decode = ops[(ops["file"] == "combined") & (ops["region"] == "DRAFT_DECODE") & (ops["unit"] == "graph_launch")]
+    table = next(t for t in stored.combined.op_tables if (t.region, t.unit) == ("DRAFT_DECODE", "graph_launch"))
+    assert set(decode["replays"]) == {21} and decode["name"].tolist() == table.names
+
+    trace = gpu_run / "trials" / trial / "profile" / f"{trial}-TP-0.trace.json.gz"
+    again = analyze_traces_with_tables([trace], stored.patterns, [(r.name, r.regex) for r in stored.region_table],
+                                       replace_default_regions=True)
+    assert again.analysis.files[0].counts == stored.files[0].counts
+    per_replay = again.instances_frame("DRAFT_DECODE", "softmax")["count"].tolist()
+    assert per_replay == [NUM_STEPS - 1] * 21
+    assert Counter(per_replay) == stored.count("DRAFT_DECODE", "softmax").per_replay_histogram
+    assert int(again.launches_frame()["is_graph"].sum()) == stored.files[0].graph_launches == 63
+    spans = again.spans_frame()["region"].value_counts().to_dict()
+    assert spans == {region: n["span"] for region, n in stored.files[0].validity.region_instances.items()}
+    assert len(again.ops_frame()) == stored.files[0].validity.gpu_ops == 10066
 
 
 def test_report_and_history_open_the_gpu_run(gpu_run, tmp_path):

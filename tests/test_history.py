@@ -336,12 +336,12 @@ def test_an_improvement_does_not_fail_the_gate_and_softmax_coming_back_does(tmp_
     assert regions["DRAFT_DECODE"]["time_per_replay_us"] == {"before": 500.0, "after": 580.0, "change": 0.16}
     assert back["sentence"] == (
         f"Between runs {runs[10].name} and {runs[11].name} ({runs[10]}, {runs[11]}), candidate: "
-        "DRAFT_DECODE per replay: cunn_SoftMaxForward 0 -> 2 appeared; time per replay 500 us -> 580 us (+16%). "
-        "DRAFT_EXTEND per replay: cunn_SoftMaxForward 0 -> 1 appeared; time per replay 300 us -> 340 us (+13%). "
-        "No op count changed in TARGET_VERIFY (time per replay 2000 us -> 2000 us, +0%). Greedy outputs identical.")
+        "DRAFT_DECODE per replay: cunn_SoftMaxForward 0 -> 2 appeared; time per replay 500 µs -> 580 µs (+16%). "
+        "DRAFT_EXTEND per replay: cunn_SoftMaxForward 0 -> 1 appeared; time per replay 300 µs -> 340 µs (+13%). "
+        "No op count changed in TARGET_VERIFY (time per replay 2000 µs -> 2000 µs, +0%). Greedy outputs identical.")
     faster = explanations[improvement["explanation"]]
     assert not any(r["appeared"] or r["disappeared"] or r["changed"] for r in faster["regions"])
-    assert "No op count changed in any region: DRAFT_DECODE (time per replay 500 us -> 500 us, +0%)" in faster["sentence"]
+    assert "No op count changed in any region: DRAFT_DECODE (time per replay 500 µs -> 500 µs, +0%)" in faster["sentence"]
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from sglang_spec_harness.history.changepoints import exact_change_points
 from sglang_spec_harness.history.extract import read_run
 from sglang_spec_harness.history.ingest import find_run_dirs, ingest
 from sglang_spec_harness.history.page import write_trend_page
-from sglang_spec_harness.traces import analyze_traces
+from sglang_spec_harness.traces import analyze_traces_with_tables
 from support.history_helpers import create_v1_database, insert_as_v1, micro_sweep
 from support.chromium import open_report
 from support.escaping import ATTRIBUTE, SCHEME, SCRIPT, SINGLE, assert_page_inert
@@ -110,7 +110,7 @@ def _medians_from_trace(run: Path, region: str) -> dict[str, float]:
     """Each op name's median count per span of `region` in the candidate's profiled trace, counted
     from the analysis's table of every op (not from its op tables)."""
     trace = sorted((_profiled(run, "candidate") / "profile").iterdir())
-    ops = analyze_traces(trace).ops_frame()
+    ops = analyze_traces_with_tables(trace).ops_frame()
     ops = ops[(ops["region"] == region) & (ops["span"] >= 0)]
     spans = sorted(ops["span"].unique())
     per_span = ops.groupby(["name", "span"], observed=True).size().unstack(fill_value=0).reindex(columns=spans,
@@ -209,10 +209,10 @@ def test_the_change_is_explained_by_the_ops_that_appeared_and_disappeared(histor
                                "DRAFT_DECODE per span: aten::softmax 2 -> 0, aten::_softmax 2 -> 0 disappeared; ")
     for e in decode["changed"]:
         assert f"{e['op']} " in sentence
-    decode_time = re.search(r"DRAFT_DECODE per span: [^.]*; time per replay ([\d.]+) (us|ms) -> ([\d.]+) (us|ms) "
+    decode_time = re.search(r"DRAFT_DECODE per span: [^.]*; time per replay ([\d.]+) (µs|ms) -> ([\d.]+) (µs|ms) "
                             r"\(([+-]\d+)%\)\.", sentence)
     assert decode_time, sentence
-    scale = {"us": 1.0, "ms": 1000.0}
+    scale = {"µs": 1.0, "ms": 1000.0}
     assert float(decode_time[1]) * scale[decode_time[2]] == pytest.approx(times["before"], rel=0.01)
     assert float(decode_time[3]) * scale[decode_time[4]] == pytest.approx(times["after"], rel=0.01)
     assert int(decode_time[5]) == round(times["change"] * 100)
@@ -461,7 +461,7 @@ def test_a_change_between_runs_without_op_counts_says_so(tmp_path):
     before = sorted((tmp_path / "runs").iterdir())[1].name
     assert (f"candidate: no op counts stored for {before} (no profiled trial, or analysed before op tables), so "
             "which ops changed is unknown.") in explanation["sentence"]
-    assert "Time: DRAFT_DECODE (time per replay 500 us -> 580 us, +16%)" in explanation["sentence"]
+    assert "Time: DRAFT_DECODE (time per replay 500 µs -> 580 µs, +16%)" in explanation["sentence"]
     assert code == 1  # the softmax came back: a nightly series that gates
 
 

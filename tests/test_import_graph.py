@@ -3,8 +3,10 @@
 Every module's imports are read with `ast` (module level, inside functions, under TYPE_CHECKING:
 all of them), each module is mapped to its stage (the top-level subpackage or module of
 sglang_spec_harness it belongs to), and every import of another stage must go to one that comes
-earlier in STAGE_ORDER, the pipeline order (docs/internals.md, "Stages and their order"). The
-checker itself is tested on a small package with a planted back-import and a planted cycle.
+earlier in STAGE_ORDER, the pipeline order (docs/internals.md, "Stages and their order"). Inside a
+stage, the files import one another without cycles too: a cycle between two modules of one package
+(through its `__init__.py` as well) means a shared piece sits in the wrong file. The checkers
+themselves are tested on small packages with a planted back-import and planted cycles.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ STAGE_ORDER = (
     "extras",
     "shipped",
     "files",  # atomic writes, the `latest` link
+    "pages",  # numbers for people (every stage that prints one), the page machinery: templates, figure style
     "traces",  # before the scenario: a scenario's region rules are the analysis's RegionRule
     "scenario",
     "patches",
@@ -35,7 +38,6 @@ STAGE_ORDER = (
     "rundir",  # the run directory: the contract every later stage reads
     "verdict",
     "run",
-    "pages",  # the page machinery: templates, figure style, numbers
     "report",
     "pipeline",  # the run as a library call: run -> check -> report
     "testing",  # the public API for other test suites (run + traces, the pipeline)
@@ -104,6 +106,20 @@ def stage_imports(package_dir: Path) -> dict[tuple[str, str], list[str]]:
     return edges
 
 
+def module_imports(package_dir: Path) -> dict[tuple[str, str], list[str]]:
+    """(importing module, imported module) -> where (`module:line`), for imports between two files
+    of one stage (a package's `__init__` is a file of it too). The parent packages Python imports
+    on the way are not edges: only what a file names."""
+    root = package_dir.parent
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        name, _ = module_name(path, root)
+        for target, line in imported_modules(path, root, package_dir.name):
+            if target != name and stage_of(target) == stage_of(name):
+                edges.setdefault((name, target), []).append(f"{name}:{line}")
+    return edges
+
+
 def back_imports(edges: dict[tuple[str, str], list[str]], order: tuple[str, ...]) -> list[str]:
     """Every import of a stage that is not earlier in `order` (an unlisted stage is always one)."""
     rank = {stage: i for i, stage in enumerate(order)}
@@ -112,8 +128,8 @@ def back_imports(edges: dict[tuple[str, str], list[str]], order: tuple[str, ...]
 
 
 def cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
-    """The stages that reach themselves again: each strongly connected group of more than one stage
-    (Tarjan's algorithm)."""
+    """The stages (or modules) that reach themselves again: each strongly connected group of more
+    than one (Tarjan's algorithm)."""
     graph: dict[str, list[str]] = {}
     for source, imported in edges:
         graph.setdefault(source, []).append(imported)
@@ -165,6 +181,15 @@ def test_no_stage_imports_a_later_stage(edges):
 
 def test_no_cycles_between_stages(edges):
     assert cycles(edges) == []
+
+
+def test_no_cycles_between_the_files_of_a_stage():
+    """Each group of modules of one stage that import one another in a circle, with the imports that
+    close it (module level, inside functions or under TYPE_CHECKING alike)."""
+    edges = module_imports(PACKAGE_DIR)
+    found = [(group, sorted(w for (a, b), where in edges.items() if a in group and b in group for w in where))
+             for group in cycles(edges)]
+    assert found == []
 
 
 def test_the_micro_engine_stands_apart(edges):
@@ -219,3 +244,28 @@ def test_a_stage_left_out_of_the_order_is_a_violation(tmp_path):
     package_dir = _package(tmp_path, {"a.py": "import pkg.b\n", "b.py": ""})
     assert back_imports(stage_imports(package_dir), ("__init__", "b")) == ["a -> b (pkg.a:1)"]
     assert cycles(stage_imports(package_dir)) == []
+
+
+def test_a_planted_cycle_inside_a_stage_is_found(tmp_path):
+    """Between two files, one side under TYPE_CHECKING and the other inside a function; and through a
+    package's `__init__`. A chain, and a cycle across stages, are not in-stage cycles."""
+    package_dir = _package(tmp_path, {
+        "low/__init__.py": "def pick():\n    from pkg.low.engine import run\n    return run\n",
+        "low/engine.py": "from pkg.low import pick\n",
+        "low/schema.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .analysis import f\n",
+        "low/analysis.py": "def f():\n    from pkg.low import schema\n    return schema\n",
+        "low/leaf.py": "",
+        "low/chain.py": "from pkg.low import leaf\nfrom pkg.high import b\n",
+        "high/__init__.py": "",
+        "high/b.py": "from pkg.low import chain\n",
+    })
+    edges = module_imports(package_dir)
+    assert edges == {
+        ("pkg.low", "pkg.low.engine"): ["pkg.low:2"],
+        ("pkg.low.engine", "pkg.low"): ["pkg.low.engine:1"],
+        ("pkg.low.schema", "pkg.low.analysis"): ["pkg.low.schema:3"],
+        ("pkg.low.analysis", "pkg.low.schema"): ["pkg.low.analysis:2"],
+        ("pkg.low.chain", "pkg.low.leaf"): ["pkg.low.chain:1"],
+    }
+    assert cycles(edges) == [["pkg.low", "pkg.low.engine"], ["pkg.low.analysis", "pkg.low.schema"]]
+    assert cycles(stage_imports(package_dir)) == [["high", "low"]]  # the stages' test's, not this one's

@@ -12,7 +12,7 @@ import pytest
 
 from sglang_spec_harness.commands.progress import TerminalProgress
 from sglang_spec_harness.run.plan import plan_trials
-from sglang_spec_harness.run.trial import TrialOutcome
+from sglang_spec_harness.run.outcome import TrialOutcome
 from sglang_spec_harness.rundir import TrialSummary
 from sglang_spec_harness.scenario import scenario_from_dict
 
@@ -37,7 +37,7 @@ def _run(progress: TerminalProgress) -> None:
 
 EXPECTED = [
     "run: /runs/20260101-000000-p (4 trials)",
-    "launch 00-baseline-launch0: up in 4.2 s, warmed up in - (pid 41, port 30000)",
+    "launch 00-baseline-launch0: up in 4.2 s, warmed up in – (pid 41, port 30000)",
     "[1/4] 00-baseline-profiled     TPOT 12.35 ms  accept 2.50  812.4 tok/s  traces 1  (S)",
     "look 1: [bold]continue[/bold]",
     r"[2/4] 02-baseline-timed        FAILED: server said\n[red]no[/red]  (S)",

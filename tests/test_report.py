@@ -286,7 +286,7 @@ def test_summary_has_verdict_rule_table_and_key_numbers(run_dir):
     text = build_report(run_dir).summary.read_text()
     assert text.startswith("## ❌ FAIL: `tiny`")
     assert "| `greedy_outputs_identical` | output_identity | ❌ FAIL | request 3 differs \\| at token 7 |" in text
-    assert "TPOT candidate/baseline = 0.9460 (95% CI 0.9340 – 0.9590), gain 5.4%" in text
+    assert "TPOT candidate/baseline = 0.9460 (95% CI [0.9340, 0.9590]), gain 5.4%" in text
     assert "Accept length: baseline 2.5 (median of 4); candidate 2.5 (median of 4); ratio 1.0000" in text
     assert "DRAFT_DECODE: candidate 0 per replay (0 in 4 replays)" in text
     assert "baseline 2 per replay (8 in 4 replays)" in text

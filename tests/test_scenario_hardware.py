@@ -12,7 +12,8 @@ import yaml
 from sglang_spec_harness.commands.cli import main
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.scenario import load_scenario
-from sglang_spec_harness.sglang_cpu.install import DEFAULT_SGLANG_SOURCE, InstallError, sglang_requirement
+from sglang_spec_harness.sglang_cpu.base import DEFAULT_SGLANG_SOURCE
+from sglang_spec_harness.sglang_cpu.install import InstallError, sglang_requirement
 
 REPO = Path(__file__).resolve().parents[1]
 KIMI = REPO / "scenarios" / "sglang_kimi_k25_nvfp4_tp4_eagle3.yaml"

@@ -27,7 +27,7 @@ from sglang_spec_harness.run.execute import run_scenario
 from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
 from sglang_spec_harness.sglang_cpu import SGLANG_VERSION, STAND_INS_DIR
-from sglang_spec_harness.sglang_cpu.install import is_current, read_stamp, venv_python
+from sglang_spec_harness.sglang_cpu.base import is_current, read_stamp, venv_python
 from support import sglang_wheel
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ import pytest
 
 from sglang_spec_harness.engines import HARNESS_SOURCE_ROOT
 from sglang_spec_harness.sglang_cpu import SGLANG_VERSION, port
-from sglang_spec_harness.sglang_cpu.install import is_current
+from sglang_spec_harness.sglang_cpu.base import is_current
 from sglang_spec_harness.sglang_cpu.release_table import TableError, UnknownRelease, load_table, parse_table, release_key
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.releases.environments import ReleaseUnavailable

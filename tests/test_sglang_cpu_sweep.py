@@ -21,7 +21,7 @@ import yaml
 
 from sglang_spec_harness.releases.environments import release_pins
 from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
-from sglang_spec_harness.sglang_cpu.install import is_current
+from sglang_spec_harness.sglang_cpu.base import is_current
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"

@@ -22,7 +22,7 @@ from sglang_spec_harness.engines import build_server_command
 from sglang_spec_harness.run.server import LOOPBACK, ServerProcess, free_port
 from sglang_spec_harness.run.workload import synthetic_prompt_ids
 from sglang_spec_harness.scenario import load_scenario
-from sglang_spec_harness.sglang_cpu.install import is_current
+from sglang_spec_harness.sglang_cpu.base import is_current
 from sglang_spec_harness.testing import assert_kernel, assert_no_kernel
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from sglang_spec_harness.traces import NO_REGION, analyze_traces  # noqa: E402
+from sglang_spec_harness.traces import NO_REGION, analyze_traces, analyze_traces_with_tables  # noqa: E402
 from support.cpu_traces import CYCLES, pre_0523_cycles, record, select_token  # noqa: E402
 
 ARGMAX = {"argmax": r"^aten::argmax$"}
@@ -137,12 +137,13 @@ def test_fast_path_has_no_softmax_in_draft_regions_but_argmax(recorded):
 
 
 def test_0523_stage_span_tells_draft_extend_from_draft_decode(recorded):
-    analysis = analyze_traces([recorded["v0523"]])
+    analyzed = analyze_traces_with_tables([recorded["v0523"]])
+    analysis = analyzed.analysis
     counts = {(r.region, r.unit): (r.replays, r.total, r.per_replay_max) for r in analysis.files[0].counts}
     assert counts[("DRAFT_DECODE", "span")] == (2, 4, 2)
     assert counts[("DRAFT_EXTEND", "span")] == (2, 2, 1)
     assert counts[("TARGET_VERIFY", "span")] == (2, 0, 0)
-    spans = analysis.spans_frame()
+    spans = analyzed.spans_frame()
     # the stage span (first in the table) is the counting unit, not the step[DRAFT] inside it
     assert sorted(spans["name"].astype(str)) == ["draft", "draft", "draft_extend", "draft_extend", "verify", "verify"]
 

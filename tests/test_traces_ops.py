@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sglang_spec_harness.traces import analyze_traces
+from sglang_spec_harness.traces import analyze_traces, op_table_frame
 from sglang_spec_harness.traces.analysis import TraceAnalysis
 from sglang_spec_harness.traces.schema import CombinedAnalysis, FileAnalysis, OpTable
 
@@ -123,7 +123,7 @@ def test_files_combine_replay_by_replay(cpu_traces):
         assert op.per_replay_histogram == row.per_replay_histogram == {0: CYCLES, 2: CYCLES}
         assert (op.total, op.per_replay_min, op.per_replay_median, op.per_replay_max) == (
             row.total, row.per_replay_min, row.per_replay_median, row.per_replay_max)
-    frame = both.op_table_frame()
+    frame = op_table_frame(both)
     combined = frame[(frame["file"] == "combined") & (frame["region"] == "DRAFT_DECODE")]
     assert set(combined["name"]) == set(decode.names)
 

@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from sglang_spec_harness.traces import NO_REGION, TraceAnalysis, analyze_traces
+from sglang_spec_harness.traces import (
+    NO_REGION,
+    AnalyzedTraces,
+    TraceAnalysis,
+    analyze_traces,
+    analyze_traces_with_tables,
+    kernels_per_launch_frame,
+    op_table_frame,
+)
 
 A100 = "hta_negative_queue_length_rank0.json.gz"
 V100 = "hta_trace_diff_test.json.gz"
@@ -22,16 +30,22 @@ NSYS = "nsysai_h100_2gpu_1s.sqlite"
 
 
 @pytest.fixture(scope="module")
-def analyzed(shared_traces):
-    """Each real trace analysed once with the default patterns and region table."""
-    cache: dict[str, TraceAnalysis] = {}
+def with_tables(shared_traces):
+    """Each real trace analysed once with the default patterns and region table, its tables kept."""
+    cache: dict[str, AnalyzedTraces] = {}
 
-    def get(name: str) -> TraceAnalysis:
+    def get(name: str) -> AnalyzedTraces:
         if name not in cache:
-            cache[name] = analyze_traces([shared_traces / name])
+            cache[name] = analyze_traces_with_tables([shared_traces / name])
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def analyzed(with_tables):
+    """Each real trace's analysis document."""
+    return lambda name: with_tables(name).analysis
 
 
 def test_a100_graph_launches_and_kernels_per_launch(analyzed):
@@ -58,13 +72,13 @@ def test_v100_old_writer_graph_launches(analyzed):
     assert file.validity.kernel_launch_calls == 4866
 
 
-def test_sglang_qwen3_rocm_one_hip_graph_launch_of_544_kernels(analyzed):
+def test_sglang_qwen3_rocm_one_hip_graph_launch_of_544_kernels(analyzed, with_tables):
     analysis = analyzed(QWEN3_ROCM)
     file = analysis.files[0]
     assert file.platform == "rocm"
     assert file.graph_launches == 1
     assert file.kernels_per_graph_launch == {544: 1}
-    launches = analysis.launches_frame()
+    launches = with_tables(QWEN3_ROCM).launches_frame()
     graph = launches[launches["is_graph"]]
     assert graph["name"].astype(str).tolist() == ["hipGraphLaunch"]
     # labelled by the innermost SGLang span open at launch time
@@ -74,7 +88,7 @@ def test_sglang_qwen3_rocm_one_hip_graph_launch_of_544_kernels(analyzed):
     assert any("DRAFT_DECODE found but no TARGET_VERIFY" in w for w in file.validity.warnings)
 
 
-def test_region_time_is_the_gpu_time_of_its_graph_replays_and_eager_ops(analyzed):
+def test_region_time_is_the_gpu_time_of_its_graph_replays_and_eager_ops(analyzed, with_tables):
     analysis = analyzed(QWEN3_ROCM)
     times = analysis.files[0].region_times
     assert list(times) == ["DRAFT_DECODE"]
@@ -82,7 +96,7 @@ def test_region_time_is_the_gpu_time_of_its_graph_replays_and_eager_ops(analyzed
     assert (decode.unit, decode.instances, decode.basis, decode.time_us) == ("graph_launch", 1, "gpu_ops", 9694.013)
     assert decode.robust_time_us == decode.time_us  # GPU op times: no CPU load in them
     assert decode.spans_us is None  # GPU time is not span wall time: the rule scales per trial
-    ops = analysis.ops_frame()
+    ops = with_tables(QWEN3_ROCM).ops_frame()
     in_region = ops[ops["region"] == "DRAFT_DECODE"]
     assert len(in_region) == 551  # the 544 kernels of the replay and 7 eager GPU ops in its span
     assert decode.time_us == pytest.approx(float(in_region["dur"].sum()), abs=1e-3)
@@ -134,11 +148,11 @@ def test_nsys_graph_mode_is_reported_and_softmax_counted_eager(analyzed):
     assert v.gpu_ops_without_launch == 2276
 
 
-def test_kineto_new_writer_graph_id_args(analyzed):
+def test_kineto_new_writer_graph_id_args(analyzed, with_tables):
     analysis = analyzed(KINETO_NEW)
     file = analysis.files[0]
     assert (file.validity.kernels, file.graph_launches, file.validity.gpu_ops_without_launch) == (1, 0, 0)
-    ops = analysis.ops_frame()
+    ops = with_tables(KINETO_NEW).ops_frame()
     assert ops["launch"].tolist() == [0]  # linked to its cudaLaunchKernel by correlation
     assert ops["is_graph"].tolist() == [False]  # "graph id": 0 means not in a graph
     assert file.rank_source == "position"
@@ -187,13 +201,15 @@ def test_json_document_round_trips(analyzed):
         {"name": "DRAFT_EXTEND", "regex": "^draft_extend$"}]
     again = TraceAnalysis.from_json_dict(document)
     assert again.to_json_dict() == analysis.to_json_dict()
-    assert again.kernels_per_launch_frame()["launches"].tolist() == [35, 30, 5]
-    with pytest.raises(RuntimeError, match="loaded from JSON"):
-        again.launches_frame()
+    # a document loaded from JSON answers every table computed from a document...
+    assert kernels_per_launch_frame(again)["launches"].tolist() == [35, 30, 5]
+    assert op_table_frame(again).equals(op_table_frame(analysis))
+    # ...and holds only what is stored: the frames that read the traces are AnalyzedTraces's
+    assert not any(name.endswith("_frame") for name in dir(again))
 
 
-def test_launch_table_has_timestamps_for_a_timeline(analyzed):
-    launches = analyzed(A100).launches_frame()
+def test_launch_table_has_timestamps_for_a_timeline(with_tables):
+    launches = with_tables(A100).launches_frame()
     graph = launches[launches["is_graph"]]
     assert len(graph) == 70
     assert (graph["gpu_start"] >= graph["ts"]).all()  # a replay runs after its launch call

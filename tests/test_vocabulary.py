@@ -1,5 +1,4 @@
-"""The shared words (sglang_spec_harness/vocabulary.py) are the ones the stages really use, and the
-pages' numbers read as documented."""
+"""The shared words (sglang_spec_harness/vocabulary.py) are the ones the stages really use."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import json
 import typing
 
 from sglang_spec_harness import vocabulary as v
-from sglang_spec_harness.pages.numbers import fmt, pct, signed_pct
 from sglang_spec_harness.scenario import Rule
 from sglang_spec_harness.traces.regions import DEFAULT_SGLANG_REGIONS, RegionTable
 from sglang_spec_harness.verdict.rules.registry import EVALUATORS
@@ -30,11 +28,3 @@ def test_the_default_region_table_names_the_vocabularys_regions():
 def test_a_verdict_is_its_string_and_its_exit_code():
     assert json.dumps({"verdict": v.FAIL}) == '{"verdict": "FAIL"}' and f"{v.INCONCLUSIVE}" == "INCONCLUSIVE"
     assert [verdict.exit_code for verdict in (v.PASS, v.FAIL, v.INCONCLUSIVE)] == [0, 1, 3]
-
-
-def test_numbers_for_people():
-    assert [fmt(x) for x in (None, True, "x", 12, 0.0, 0.012345, 1234.5, float("nan"))] == [
-        "–", "True", "x", "12", "0", "0.0123", "1234", "nan"]
-    assert fmt(3.14159, 2) == "3.1"
-    assert [pct(x) for x in (0.0123, 1, None, True)] == ["1.2%", "100.0%", "–", "–"]
-    assert [signed_pct(x) for x in (-0.05, 0.1, 0.0, None)] == ["-5.0%", "+10.0%", "+0.0%", "–"]

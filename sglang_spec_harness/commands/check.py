@@ -32,6 +32,7 @@ def print_results(results) -> None:  # ResultsRecord, imported lazily
     from rich.table import Table
 
     from sglang_spec_harness.errors import one_line
+    from sglang_spec_harness.pages.numbers import interval, pct, ratio
     from sglang_spec_harness.rundir.rule_numbers import TpotGainNumbers
     from sglang_spec_harness.vocabulary import Verdict
 
@@ -60,8 +61,8 @@ def print_results(results) -> None:  # ResultsRecord, imported lazily
         n = rule.numbers
         if isinstance(n, TpotGainNumbers) and n.ratio is not None and n.ci_low is not None and n.ci_high is not None:
             console.print(
-                f"TPOT candidate/baseline = {n.ratio:.4f} "
-                f"({n.confidence or 0.95:.0%} CI {n.ci_low:.4f} .. {n.ci_high:.4f}); "
-                f"gain {1 - n.ratio:.2%} (needed {n.min_gain or 0:.2%})"
+                f"TPOT candidate/baseline = {ratio(n.ratio)} "
+                f"({pct(n.confidence or 0.95, 0)} CI {interval(n.ci_low, n.ci_high)}); "
+                f"gain {pct(1 - n.ratio)} (needed {pct(n.min_gain or 0)})"
             )
     console.print(f"verdict: [bold {colours[results.verdict]}]{results.verdict}[/] (exit {results.exit_code})")

@@ -150,6 +150,7 @@ def _report(args: argparse.Namespace) -> int:
     from sglang_spec_harness.history.changepoints import Options
     from sglang_spec_harness.history.db import display_url, open_database
     from sglang_spec_harness.history.page import write_trend_page
+    from sglang_spec_harness.pages.numbers import fmt, p_value, pct, signed_pct
 
     engine = open_database(args.db)
     options = Options(max_pvalue=args.max_pvalue, permutations=args.permutations, min_size=args.min_size,
@@ -166,15 +167,15 @@ def _report(args: argparse.Namespace) -> int:
           f"{len(facts['series'])} series, {len(facts['change_points'])} change points")
     explanations = {e["id"]: e for e in facts["explanations"]}
     for i, c in enumerate(facts["change_points"]):
-        size = f"{c['magnitude'] * 100:+.1f}%" if c["magnitude"] is not None else "from zero"
-        p = "exact" if c["kind"] == "exact" else "zero rule" if c["p_value"] is None else f"p={c['p_value']:.3g}"
+        size = signed_pct(c["magnitude"]) if c["magnitude"] is not None else "from zero"
+        p = "exact" if c["kind"] == "exact" else "zero rule" if c["p_value"] is None else f"p={p_value(c['p_value'])}"
         word = "REGRESSION " if c["regression"] else "improvement" if _directed(c) else "change     "
         where = f"at {c['label_after']}" if c["label_after"] is not None else f"from run {c['run']}"
-        print(f"  {word} {one_line(c['series'])}: {c['before']:.4g} -> {c['after']:.4g} ({size}, {p}) {one_line(where)}")
+        print(f"  {word} {one_line(c['series'])}: {fmt(c['before'], 4)} -> {fmt(c['after'], 4)} ({size}, {p}) {one_line(where)}")
         following = facts["change_points"][i + 1] if i + 1 < len(facts["change_points"]) else None
         if c["explanation"] and (following is None or following["explanation"] != c["explanation"]):
             print(f"    why: {one_line(explanations[c['explanation']]['sentence'])}")
     for d in facts["damaged"]:
         print(f"  {d['status']}: {one_line(d['run'])}: {one_line(d['reason'] or '')}")
-    print(f"gate: {facts['gate']['verdict']} (max regression {args.max_regression:g}); page: {page}")
+    print(f"gate: {facts['gate']['verdict']} (max regression {pct(args.max_regression)}); page: {page}")
     return facts["exit_code"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sglang_spec_harness.errors import one_line
+from sglang_spec_harness.pages.numbers import fixed, seconds
 from sglang_spec_harness.run.progress import RunProgress
 
 
@@ -25,10 +26,6 @@ def wants_bars(no_progress: bool) -> bool:
     return not no_progress and not in_ci and sys.stdout.isatty()
 
 
-def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}{unit}"
-
-
 def trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> str:
     """`[3/6] 02-baseline-timed  TPOT 12.30 ms  accept 2.71  812.4 tok/s  (14.2 s)`, or why it failed."""
     from sglang_spec_harness.rundir import TrialSummary  # pydantic: not when the CLI only parses arguments
@@ -36,14 +33,14 @@ def trial_line(position: int, total: int, outcome: Any, elapsed_s: float) -> str
     trial, summary = outcome.trial, outcome.summary or TrialSummary()
     if outcome.status == "ok":
         detail = (
-            f"TPOT {_fmt(summary.median_tpot_ms, ' ms')}  accept {_fmt(summary.accept_length)}  "
-            f"{_fmt(summary.output_throughput_tok_s, ' tok/s', 1)}"
+            f"TPOT {fixed(summary.median_tpot_ms, 2, 'ms')}  accept {fixed(summary.accept_length, 2)}  "
+            f"{fixed(summary.output_throughput_tok_s, 1, 'tok/s')}"
         )
         if trial.kind == "profiled":
             detail += f"  traces {len(outcome.traces)}"
     else:
         detail = f"FAILED: {one_line(outcome.error)}"
-    return f"[{position}/{total}] {trial.dir_name:<24} {detail}  ({elapsed_s:.1f} s)"
+    return f"[{position}/{total}] {trial.dir_name:<24} {detail}  ({seconds(elapsed_s, 1)})"
 
 
 class TerminalProgress(RunProgress):
@@ -81,8 +78,8 @@ class TerminalProgress(RunProgress):
             self.run_task = self.bars.add_task("trials", total=len(plan))
 
     def launch_ready(self, launch: Any, record: Any) -> None:
-        self.say(f"launch {launch.dir_name}: up in {_fmt(record.startup_s, ' s', 1)}, warmed up in "
-                 f"{_fmt(record.warmup_s, ' s', 1)} (pid {record.server_pid}, port {record.port})")
+        self.say(f"launch {launch.dir_name}: up in {seconds(record.startup_s, 1)}, warmed up in "
+                 f"{seconds(record.warmup_s, 1)} (pid {record.server_pid}, port {record.port})")
 
     def trial_started(self, trial: Any, total_requests: int) -> None:
         self.trial_started_at = time.monotonic()

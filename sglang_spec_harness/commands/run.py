@@ -111,6 +111,7 @@ def print_plan(scenario: Any, result: Any, *, aa: bool) -> None:
 
 def adaptive_stages(scenario: Any) -> str:
     """An adaptive design's stages and its worst case, in words (the plan above is its first stage)."""
+    from sglang_spec_harness.pages.numbers import fmt
     from sglang_spec_harness.run.plan import block_size
 
     spec, budget = scenario.trials, scenario.trials.budget
@@ -120,7 +121,7 @@ def adaptive_stages(scenario: Any) -> str:
         looks.append(rounds)
     arms = len(scenario.variants)
     most = spec.max_launches_per_arm
-    minutes = f", and at most {budget.max_minutes:g} minutes" if budget.max_minutes is not None else ""
+    minutes = f", and at most {fmt(budget.max_minutes)} minutes" if budget.max_minutes is not None else ""
     return "\n".join([
         f"adaptive (trials.budget, {budget.spending} alpha spending): the plan above is the first stage;",
         "  each profiled pass on a server of its own (the profiler changes a server's later speed), the candidate's first;",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.commands.progress import RunsProgressLines
+from sglang_spec_harness.pages.numbers import MISSING, count_range, fixed, fmt, ms, seconds
 
 DB_HELP = ("the history database the points go into: a SQLite file or a database URL; default $HARNESS_HISTORY_DB, "
            "else reports/history.sqlite")
@@ -70,11 +71,7 @@ class SweepLines(RunsProgressLines):
 
 
 def _per_replay(value: Any) -> str:
-    if value is None:
-        return "?"
-    if isinstance(value, list):
-        return f"{value[0]}-{value[1]}"
-    return str(value)
+    return count_range(*value) if isinstance(value, list) and len(value) == 2 else count_range(value, value)
 
 
 def point_line(point: Any) -> str:
@@ -89,10 +86,10 @@ def point_line(point: Any) -> str:
         counts = " ".join(f"{pattern} {_per_replay(v)}" for pattern, v in sorted(entry.get("per_replay", {}).items()))
         if counts:
             regions.append(f"{region}: {counts}")
-    tpot = f"TPOT {numbers['tpot_ms']:.1f} ms" if numbers.get("tpot_ms") is not None else "TPOT ?"
-    accept = f"accept {numbers['accept_length']:.2f}" if numbers.get("accept_length") is not None else "accept ?"
-    outputs = f"outputs {numbers['output_hash'][:10]}" if numbers.get("output_hash") else "outputs ?"
-    took = ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in point.seconds.items() if isinstance(v, (int, float)))
+    tpot = f"TPOT {ms(numbers.get('tpot_ms'))}"
+    accept = f"accept {fixed(numbers.get('accept_length'), 2)}"
+    outputs = f"outputs {numbers['output_hash'][:10] if numbers.get('output_hash') else MISSING}"
+    took = ", ".join(f"{k.replace('_', ' ')} {seconds(v)}" for k, v in point.seconds.items() if isinstance(v, (int, float)))
     return (f"{point.label}: {point.verdict}; per replay {'; '.join(regions) or 'no regions'}; {tpot}; {accept}; "
             f"{outputs} ({took})")
 
@@ -128,12 +125,12 @@ def print_result(result: Any) -> None:
     print(f"{len(changes)} change point(s)" + (":" if changes else ""))
     for change in changes:
         values = "" if change.get("kind") == "exact" and str(change.get("metric", "")).startswith("ops:") else (
-            f": {change.get('before'):g} -> {change.get('after'):g}" if isinstance(change.get("before"), (int, float))
+            f": {fmt(change.get('before'), 4)} -> {fmt(change.get('after'), 4)}" if isinstance(change.get("before"), (int, float))
             and isinstance(change.get("after"), (int, float)) else "")
         print(f"  {change.get('label_before')} -> {change.get('label_after')}  {change['variant']} "
-              f"{change['metric']}{values} ({change.get('kind')}; why: {change.get('explanation') or '-'})")
+              f"{change['metric']}{values} ({change.get('kind')}; why: {change.get('explanation') or MISSING})")
     for explanation in history.get("explanations") or []:
         print(f"why {explanation.get('id')}: {explanation.get('sentence')}")
     page = result.out_dir / "index.html"
     print(f"sweep.json: {result.out_dir / 'sweep.json'}" + (f"; page: {page}" if page.exists() else "")
-          + f" ({result.wall_s or 0:.0f} s)")
+          + f" ({seconds(result.wall_s or 0)})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_spec_harness.engines import ServerCommand, server_python, variant_environment
+from sglang_spec_harness.engines.command import ServerCommand, server_python, variant_environment
 from sglang_spec_harness.engines.sglang_versions import ENGINE_OWNED_FLAGS, LAUNCH_MODULE, PATCH_INCOMPATIBLE_FLAGS
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.scenario import Scenario, render_args

@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sglang_spec_harness.history import db
+from sglang_spec_harness.pages.numbers import per_replay, signed_pct, us
 from sglang_spec_harness.rundir import as_object
 from sglang_spec_harness.vocabulary import NO_REGION
 
@@ -41,21 +42,8 @@ class OpStat:
     high: int
     time_us: float
 
-    def per_replay(self) -> str:
-        return _count(self.median) if self.low == self.high else f"{self.low}..{self.high} (median {_count(self.median)})"
 
-
-def _count(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def _us(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value / 1000:.3g} ms" if value >= 10_000 else f"{value:.3g} us" if value < 100 else f"{value:.0f} us"
-
-
-def _pct(before: float | None, after: float | None) -> float | None:
+def _relative_change(before: float | None, after: float | None) -> float | None:
     return None if before is None or after is None or before == 0 else (after - before) / before
 
 
@@ -184,7 +172,7 @@ def region_diffs(before: dict[tuple[str, str], dict[str, OpStat]], after: dict[t
             "replays": {"before": _replays(b), "after": _replays(a)},
             "appeared": appeared, "disappeared": disappeared, "changed": changed, "varied": varied,
             "time_per_replay_us": {"before": _round(t_before), "after": _round(t_after),
-                                   "change": _round(_pct(t_before, t_after), 4)},
+                                   "change": _round(_relative_change(t_before, t_after), 4)},
         })
     return out
 
@@ -246,8 +234,7 @@ def _ops_text(entries: Iterable[dict[str, Any]], word: str) -> str:
 
 def _side_text(detail: dict[str, Any]) -> str:
     low, high = detail["range"]
-    stat = OpStat(0, low, detail["per_replay"], high, 0.0)
-    return stat.per_replay()
+    return per_replay(low, high, detail["per_replay"])
 
 
 def _time_text(region: dict[str, Any], nested: bool = False) -> str:
@@ -255,8 +242,8 @@ def _time_text(region: dict[str, Any], nested: bool = False) -> str:
     t = region["time_per_replay_us"]
     if t["before"] is None and t["after"] is None:
         return "time not recorded"
-    change = "" if t["change"] is None else f", {t['change'] * 100:+.0f}%" if nested else f" ({t['change'] * 100:+.0f}%)"
-    return f"time per replay {_us(t['before'])} -> {_us(t['after'])}{change}"
+    change = "" if t["change"] is None else f", {signed_pct(t['change'], 0)}" if nested else f" ({signed_pct(t['change'], 0)})"
+    return f"time per replay {us(t['before'])} -> {us(t['after'])}{change}"
 
 
 def sentence(explanation: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from sglang_spec_harness.history.figures import series_figure
 from sglang_spec_harness.pages.figures import variant_colour
-from sglang_spec_harness.pages.numbers import fmt, signed_pct
+from sglang_spec_harness.pages.numbers import MISSING, fmt, p_value, pct, per_replay, signed_pct, us
 from sglang_spec_harness.pages.render import relative_link, render
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
@@ -24,7 +24,7 @@ GATE_WORD = {FAIL: "REGRESSION", PASS: "NO REGRESSION", "NO DATA": "NO DATA"}
 
 
 def _short(commit: str | None) -> str:
-    return commit[:10] if commit else "–"
+    return commit[:10] if commit else MISSING
 
 
 def _commits(c: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -62,7 +62,7 @@ def _banner(facts: dict[str, Any]) -> dict[str, Any]:
     runs = facts["runs"]
     return {"runs": runs, "total": runs["complete"] + runs["incomplete"] + runs["damaged"],
             "series": len(facts["series"]), "change_points": len(facts["change_points"]),
-            "database": facts["database"], "max_regression": f"{facts['options']['max_regression'] * 100:g}"}
+            "database": facts["database"], "max_regression": pct(facts["options"]["max_regression"])}
 
 
 def _direction(regression: bool, worse: str | None) -> tuple[str, str]:
@@ -82,7 +82,7 @@ def _change(c: dict[str, Any], links: _Links, worse: dict[str, str | None]) -> d
         "series": c["series"], "regression": c["regression"], "pill": pill, "word": word,
         "magnitude": signed_pct(c["magnitude"]), "from_zero": c["magnitude"] is None,
         "before": fmt(c["before"], 4), "after": fmt(c["after"], 4),
-        "p": "exact" if exact else "zero rule" if c["p_value"] is None else fmt(c["p_value"], 3),
+        "p": "exact" if exact else "zero rule" if c["p_value"] is None else p_value(c["p_value"]),
         "at": c.get("label_after") or f"run {c['index'] + 1}",
         "run_before": links.run(c.get("label_before") or c["last_run_before"], c["report_before"], c.get("path_before")),
         "run": links.run(c.get("label_after") or c["run"], c["report"], c.get("path")),
@@ -99,12 +99,7 @@ def _op_list(entries: list[dict[str, Any]]) -> list[str]:
 
 def _per_replay(detail: dict[str, Any]) -> str:
     low, high = detail["range"]
-    median = fmt(detail["per_replay"], 4)
-    return median if low == high else f"{low}..{high} (median {median})"
-
-
-def _us(value: float | None) -> str:
-    return "–" if value is None else f"{fmt(value, 4)} µs"
+    return per_replay(low, high, detail["per_replay"])
 
 
 def _explanation(e: dict[str, Any], links: _Links, names: dict[str, str]) -> dict[str, Any]:
@@ -115,11 +110,11 @@ def _explanation(e: dict[str, Any], links: _Links, names: dict[str, str]) -> dic
     for r in e["regions"]:
         t = r["time_per_replay_us"]
         regions.append({
-            "region": r["region"], "unit": r["unit"] or "–", "present": r["present"],
+            "region": r["region"], "unit": r["unit"] or MISSING, "present": r["present"],
             "disappeared": _op_list(r["disappeared"]), "appeared": _op_list(r["appeared"]),
             "changed": _op_list(r["changed"]), "varied": _op_list(r.get("varied", [])),
             "quiet": not (r["disappeared"] or r["appeared"] or r["changed"]),
-            "time": f"{_us(t['before'])} → {_us(t['after'])}", "time_change": signed_pct(t["change"]),
+            "time": f"{us(t['before'])} → {us(t['after'])}", "time_change": signed_pct(t["change"]),
         })
     return {"id": e["id"], "variant": e["variant"], "before": sides["before"], "after": sides["after"],
             "series": [names.get(s, s) for s in e["series"]], "regions": regions, "sentence": e["sentence"],
@@ -177,9 +172,9 @@ def _series_groups(facts: dict[str, Any], links: _Links, worse: dict[str, str | 
 def _runs(facts: dict[str, Any], links: _Links) -> list[dict[str, Any]]:
     """Newest first."""
     return [
-        {"link": links.run(r["run"], r["report"], r.get("path")), "started": r["started"] or "–",
-         "point": f"{r['sweep_label']} ({r['sweep']})" if r.get("sweep") else "–",
-         "scenario": (r["scenario"] or "–") + (" (A/A)" if r["aa"] else ""),
+        {"link": links.run(r["run"], r["report"], r.get("path")), "started": r["started"] or MISSING,
+         "point": f"{r['sweep_label']} ({r['sweep']})" if r.get("sweep") else MISSING,
+         "scenario": (r["scenario"] or MISSING) + (" (A/A)" if r["aa"] else ""),
          # a sweep's point that could not run here has no run directory: `cannot run`, with its reason
          "status_class": {"complete": PASS, "incomplete": INCONCLUSIVE, "damaged": FAIL}.get(r["status"], INCONCLUSIVE),
          "status": r["status"], "verdict": r["verdict"], "hardware": r["hardware"],

@@ -19,6 +19,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from sglang_spec_harness import __version__
+from sglang_spec_harness.pages.numbers import MISSING
 from sglang_spec_harness.vocabulary import Verdict
 
 VERDICT_CLASS = {v.value: v.value for v in Verdict}
@@ -45,7 +46,7 @@ _ENV = Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-_ENV.globals.update(verdict_class=verdict_class, harness_version=__version__)
+_ENV.globals.update(verdict_class=verdict_class, harness_version=__version__, missing=MISSING)
 
 
 def render(template: str, **context: Any) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.pages.numbers import megabytes, seconds
 
 Progress = Callable[[str], None]
 STAMP = ".harness-release.json"
@@ -116,7 +117,7 @@ def built_folder(python: str | Path, requirements: list[str], folder: Path, *, r
         return stamp, False
     progress(f"{release}: installing {what} without dependencies into {folder}")
     stamp = pip_install_target(python, requirements, folder, release=release, what=what)
-    progress(f"{release}: {what}: {stamp['seconds']:.0f} s, {stamp['bytes'] / 1e6:.0f} MB")
+    progress(f"{release}: {what}: {seconds(stamp['seconds'])}, {megabytes(stamp['bytes'])}")
     return stamp, True
 
 

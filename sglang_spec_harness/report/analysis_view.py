@@ -110,7 +110,7 @@ def count_bars(data: ReportData, pattern: str) -> list[CountBar]:
     if bars:
         order = _sort_regions(list({b.region for b in bars}))
         return sorted(bars, key=lambda b: order.index(b.region))
-    from sglang_spec_harness.report.numbers import counts_from_rules
+    from sglang_spec_harness.report.key_numbers import counts_from_rules
 
     grouped: dict[tuple[str, str], list[Any]] = {}
     for r in counts_from_rules(data):

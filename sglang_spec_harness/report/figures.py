@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 
+from sglang_spec_harness.pages import numbers
 from sglang_spec_harness.pages.figures import (
     STYLE,
     VARIANT_COLOURS,
@@ -52,13 +53,13 @@ def counts_figure(bars: Sequence[CountBar], pattern: str, variants: Sequence[str
                 bar = next((b for b in bars if b.region == region and b.variant == variant), None)
                 x = ri + (vi - (len(variants) - 1) / 2) * width
                 if bar is None:
-                    ax_replay.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color="#777")
+                    ax_replay.text(x, 0, numbers.MISSING, ha="center", va="bottom", fontsize=7, color="#777")
                     continue
                 high = bar.per_replay_max or 0
                 ax_replay.bar(x, high, width * 0.92, color=colour, label=variant if ri == 0 else None)
                 if bar.per_replay_min is not None and bar.per_replay_min != bar.per_replay_max:
                     ax_replay.hlines(bar.per_replay_min, x - width * 0.4, x + width * 0.4, colors="black", linewidth=1)
-                ax_replay.text(x, high, f"{high:g}", ha="center", va="bottom", fontsize=8)
+                ax_replay.text(x, high, numbers.count(high), ha="center", va="bottom", fontsize=8)
                 ax_total.bar(x, bar.total, width * 0.92, color=colour, label=variant if ri == 0 else None)
                 ax_total.text(x, bar.total, f"{bar.total}\n/{bar.replays}", ha="center", va="bottom", fontsize=7)
         for ax, title in (
@@ -92,9 +93,9 @@ def region_time_figure(
                 ax.barh(yi, value, left=left, color=region_colour(region, regions), edgecolor="white",
                         label=region if yi == 0 or region not in per_variant[variants[0]] else None)
                 if value > 0.06 * max(sum(per_variant[v].values()) for v in variants):
-                    ax.text(left + value / 2, yi, f"{value:.0f}", ha="center", va="center", fontsize=7)
+                    ax.text(left + value / 2, yi, numbers.fixed(value, 0), ha="center", va="center", fontsize=7)
                 left += value
-            ax.text(left, yi, f"  {left:.0f} {unit_label}", va="center", fontsize=8)
+            ax.text(left, yi, f"  {numbers.fixed(left, 0)} {unit_label}", va="center", fontsize=8)
         ax.set_yticks(range(len(variants)), variants)
         ax.invert_yaxis()
         ax.set_xlabel(f"{unit_label} per cycle (one target verify)")
@@ -168,14 +169,14 @@ def tpot_figure(points: Sequence[TrialPoint], variants: Sequence[str], ratio: fl
             if ci is not None:
                 ax_ratio.errorbar([0], [ratio], yerr=[[max(ratio - ci[0], 0)], [max(ci[1] - ratio, 0)]], fmt="o",
                                   color=colour, capsize=6, lw=1.5)
-                conf = f"{confidence * 100:.0f}% CI" if confidence else "CI"
-                title += f"\n{ratio:.4f}, {conf} [{ci[0]:.4f}, {ci[1]:.4f}]"
+                conf = f"{numbers.pct(confidence, 0)} CI" if confidence else "CI"
+                title += f"\n{numbers.ratio(ratio)}, {conf} {numbers.interval(*ci)}"
             else:
                 ax_ratio.plot([0], [ratio], "o", color=colour)
-                title += f"\n{ratio:.4f} (no interval)"
+                title += f"\n{numbers.ratio(ratio)} (no interval)"
             ax_ratio.axhline(1.0, color="#777", lw=1, ls="--", label="1.0 = no change")
             if min_gain:
-                ax_ratio.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{1 - min_gain:.3f} = required")
+                ax_ratio.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{numbers.ratio(1 - min_gain)} = required")
             ax_ratio.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.02))
             ax_ratio.margins(y=0.3)
         else:
@@ -202,12 +203,12 @@ def pairs_figure(rounds: Sequence[int], ratios: Sequence[float], ratio: float | 
         fig, (ax,) = new_figure(9.5, 2.6)
         ax.plot([r + 1 for r in rounds], ratios, "o-", color="#555", ms=4, lw=0.7, label="candidate / baseline, per pair")
         if ratio is not None:
-            ax.axhline(ratio, color="#dd8452", lw=1.5, label=f"estimate {ratio:.4f}")
+            ax.axhline(ratio, color="#dd8452", lw=1.5, label=f"estimate {numbers.ratio(ratio)}")
         if ci is not None:
-            ax.axhspan(ci[0], ci[1], color="#dd8452", alpha=0.15, label=f"interval [{ci[0]:.4f}, {ci[1]:.4f}]")
+            ax.axhspan(ci[0], ci[1], color="#dd8452", alpha=0.15, label=f"interval {numbers.interval(*ci)}")
         ax.axhline(1.0, color="#777", lw=1, ls="--", label="1.0 = no change")
         if min_gain:
-            ax.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{1 - min_gain:.3f} = required")
+            ax.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{numbers.ratio(1 - min_gain)} = required")
         ax.set_yscale("log")
         from matplotlib.ticker import FormatStrFormatter, LogLocator
 
@@ -233,7 +234,7 @@ def looks_figure(rounds: Sequence[int], ratios: Sequence[float], lows: Sequence[
                     lw=1.2, label="ratio and interval at the look's level")
         ax.axhline(1.0, color="#777", lw=1, ls="--", label="1.0 = no change")
         if min_gain:
-            ax.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{1 - min_gain:.3f} = required")
+            ax.axhline(1 - min_gain, color="#2ca02c", lw=1.2, ls=":", label=f"{numbers.ratio(1 - min_gain)} = required")
         ax.set_xlabel("rounds at the look")
         integer_ticks(ax)
         ax.set_ylabel("TPOT ratio")
@@ -253,7 +254,7 @@ def accept_figure(points: Sequence[TrialPoint], variants: Sequence[str], toleran
         if base and tolerance:
             mid = base[len(base) // 2] if len(base) % 2 else (base[len(base) // 2 - 1] + base[len(base) // 2]) / 2
             ax.axhspan(mid * (1 - tolerance), mid * (1 + tolerance), color=VARIANT_COLOURS["baseline"], alpha=0.12,
-                       label=f"baseline median ±{tolerance * 100:g}%")
+                       label=f"baseline median ±{numbers.pct(tolerance)}")
         ax.set_xlabel("timed trial or block index (run order)")
         integer_ticks(ax)
         ax.set_ylabel("accept length (tokens / verify)")

@@ -25,7 +25,8 @@ from sglang_spec_harness.rundir.rule_numbers import (
 )
 from sglang_spec_harness.report.data import ReportData
 from sglang_spec_harness.rundir import valid_number
-from sglang_spec_harness.report.numbers import accept_line, count_lines, counts_from_rules, fmt, tpot_numbers
+from sglang_spec_harness.report.key_numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
+from sglang_spec_harness.pages.numbers import MISSING, fixed, fmt, interval, p_value, pct, ratio, signed, signed_pct
 from sglang_spec_harness.pages.render import VERDICT_CLASS, render
 from sglang_spec_harness.scenario import render_args
 from sglang_spec_harness.vocabulary import FAIL, INFO, PASS
@@ -216,17 +217,17 @@ def _looks(data: ReportData, tpot: Any) -> dict[str, Any] | None:
         return None
     rows = []
     for number, look in enumerate(looks):
-        ratio, low, high = (valid_number(look.get(k)) for k in ("ratio", "ci_low", "ci_high"))
+        estimate, low, high = (valid_number(look.get(k)) for k in ("ratio", "ci_low", "ci_high"))
         rows.append({
-            "look": number, "kind": look.get("kind", "?"), "rounds": look.get("rounds", "?"),
-            "launches": look.get("launches_per_arm", "?"),
-            "alpha": "-" if valid_number(look.get("nominal_alpha")) is None else f"{look['nominal_alpha']:.4f}",
-            "verdict": look.get("verdict") or "-",
-            "interval": "-" if None in (ratio, low, high) else f"{ratio:.4f} [{low:.4f}, {high:.4f}]",
-            "mde": "-" if valid_number(look.get("min_detectable_gain")) is None else f"{look['min_detectable_gain']:.2%}",
-            "spread": "-" if valid_number(look.get("sd_block")) is None else (
-                f"{look.get('sd_launch') or 0:.2%} / {look['sd_block']:.2%}"),
-            "elapsed": fmt(look.get("elapsed_s"), 1), "action": look.get("action", "?"), "reason": look.get("reason", ""),
+            "look": number, "kind": look.get("kind", MISSING), "rounds": look.get("rounds", MISSING),
+            "launches": look.get("launches_per_arm", MISSING),
+            "alpha": ratio(valid_number(look.get("nominal_alpha"))),
+            "verdict": look.get("verdict") or MISSING,
+            "interval": MISSING if None in (estimate, low, high) else f"{ratio(estimate)} {interval(low, high)}",
+            "mde": pct(valid_number(look.get("min_detectable_gain")), 2),
+            "spread": MISSING if valid_number(look.get("sd_block")) is None else (
+                f"{pct(valid_number(look.get('sd_launch')) or 0, 2)} / {pct(look['sd_block'], 2)}"),
+            "elapsed": fmt(look.get("elapsed_s"), 1), "action": look.get("action", MISSING), "reason": look.get("reason", ""),
         })
     points = [(look.get("rounds"), valid_number(look.get("ratio")), valid_number(look.get("ci_low")), valid_number(look.get("ci_high")))
               for look in looks if look.get("kind") == "tpot"]
@@ -255,11 +256,11 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
     spread = None
     if nested is not None and nested.sd_block is not None:
         launch_sd = nested.sd_launch
-        spread = {"launch_sd": None, "block_sd": f"{nested.sd_block:.2%}", "pooled": nested.pooled}
+        spread = {"launch_sd": None, "block_sd": pct(nested.sd_block, 2), "pooled": nested.pooled}
         if launch_sd is not None:
-            spread.update(launch_sd=f"{launch_sd:.2%}", launch_p=f"{nested.launch_p or float('nan'):.2g}")
+            spread.update(launch_sd=pct(launch_sd, 2), launch_p=p_value(nested.launch_p))
             if not spread["pooled"]:
-                spread["df"] = f"{nested.df or float('nan'):.1f}"
+                spread["df"] = fixed(nested.df, 1)
     levels = nested.launch_means if nested is not None else {}
     rows = []
     for launch in data.launches:
@@ -268,11 +269,11 @@ def _pairs_and_launches(data: ReportData, tpot: Any) -> dict[str, Any]:
         level = levels.get(launch.get("dir", ""))  # every launch has its dir (data.py keeps no other)
         log = launch.get("server_log")
         rows.append({
-            "dir": launch.get("dir", "?"), "arm": launch.get("arm", "?"), "status": launch.get("status", "?"),
+            "dir": launch.get("dir", MISSING), "arm": launch.get("arm", MISSING), "status": launch.get("status", MISSING),
             "blocks": sum(1 for t in served if t.kind == "timed"),
             "profiled": sum(1 for t in served if t.kind == "profiled"),
             "median_tpot": fmt(sorted(tpots)[len(tpots) // 2] if tpots else None, 3),
-            "level": "-" if level is None else f"{level - 1:+.2%}",
+            "level": MISSING if level is None else signed_pct(level - 1, 2),
             "startup": fmt(launch.get("startup_s"), 1), "warmup": fmt(launch.get("warmup_s"), 1),
             "log": data.relative(log) if log else None,
         })
@@ -294,7 +295,7 @@ def _top_kernels(data: ReportData) -> dict[str, Any]:
                 "name": row.name, "short": row.name if len(row.name) <= 110 else row.name[:107] + "…",
                 "baseline": fmt(row.baseline_us), "candidate": fmt(row.candidate_us),
                 "delta_class": "delta-down" if delta is not None and delta < 0 else "delta-up" if delta else "",
-                "delta": ("+" if delta and delta > 0 else "") + fmt(delta),
+                "delta": signed(delta),
                 "baseline_calls": fmt(row.baseline_calls), "candidate_calls": fmt(row.candidate_calls),
             })
         regions.append((region, shown))
@@ -356,7 +357,7 @@ def _environment(data: ReportData) -> dict[str, Any]:
     keys = list(dict.fromkeys(k for col in columns.values() for k in col))
     rows = []
     for key in keys:
-        values = [columns[n].get(key, "–") for n in names]
+        values = [columns[n].get(key, MISSING) for n in names]
         rows.append((key, values, len(set(values)) > 1))
     return {"names": names, "rows": rows}
 

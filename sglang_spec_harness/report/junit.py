@@ -17,6 +17,7 @@ from typing import Any
 
 from sglang_spec_harness.errors import encodable
 from sglang_spec_harness.files import write_text_atomic
+from sglang_spec_harness.pages.numbers import fixed
 from sglang_spec_harness.report.data import ReportData
 from sglang_spec_harness.rundir.rule_numbers import numbers_of
 from sglang_spec_harness.vocabulary import Verdict
@@ -126,7 +127,7 @@ def _set_counts(element: ET.Element, *, tests: int, failures: int, errors: int, 
     element.set("failures", str(failures))
     element.set("errors", str(errors))
     element.set("skipped", str(skipped))
-    element.set("time", f"{duration:.3f}")
+    element.set("time", fixed(duration, 3))
 
 
 def write_junit(data: ReportData, path: Path) -> Path:

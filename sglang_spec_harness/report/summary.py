@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sglang_spec_harness.files import write_text_atomic
 from sglang_spec_harness.report.data import ReportData
-from sglang_spec_harness.report.numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
+from sglang_spec_harness.report.key_numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
 from sglang_spec_harness.vocabulary import Verdict
 
 VERDICT_ICON: dict[str, str] = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.INCONCLUSIVE: "⚠️", Verdict.INFO: "ℹ️"}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_spec_harness.pages.numbers import fmt, pct, seconds
 from sglang_spec_harness.rundir.models import LookRecord, RuleResult, TpotGainResult
 from sglang_spec_harness.rundir.rule_numbers import NestedFitNumbers
 from sglang_spec_harness.rundir.read import load_run_dir
@@ -114,7 +115,7 @@ def decide_next(scenario: Scenario, results: list[TpotGainResult], inherits: lis
     else:
         waiting_on = str(waiting.verdict)
     mde = results[0].numbers.min_detectable_gain
-    detect = f"; at this point it detects gains >= {mde:.2%}" if mde is not None else ""
+    detect = f"; at this point it detects gains >= {pct(mde, 2)}" if mde is not None else ""
     if rounds >= budget.max_rounds:
         return Next(True, f"budget spent: {rounds} of {budget.max_rounds} rounds{detect}")
     add = min(spec.stage_rounds, budget.max_rounds - rounds)
@@ -123,17 +124,17 @@ def decide_next(scenario: Scenario, results: list[TpotGainResult], inherits: lis
     grow = room and (budget.grow == "launches" or launch_bound)
     cost = add * per_round_s + (launch_s if grow else 0.0)
     if budget.max_minutes is not None and elapsed_s + cost > budget.max_minutes * 60:
-        return Next(True, f"budget spent: the next stage (~{cost:.0f} s) would end past {budget.max_minutes:g} min "
-                          f"({elapsed_s:.0f} s so far){detect}")
+        return Next(True, f"budget spent: the next stage (~{seconds(cost)}) would end past {fmt(budget.max_minutes)} min "
+                          f"({seconds(elapsed_s)} so far){detect}")
     if grow and budget.grow == "launches":
         return Next(False, f"not decisive ({waiting_on}); budget.grow launches: one more launch per arm{detect}",
                     add, launches_per_arm + 1)
     if grow:
-        why = (f"launch-to-launch sd {nested.sd_launch:.2%} over {launches_per_arm} launches per arm outweighs "
-               f"block-to-block sd {nested.sd_block:.2%} over {rounds} rounds: one more launch per arm")
+        why = (f"launch-to-launch sd {pct(nested.sd_launch, 2)} over {launches_per_arm} launches per arm outweighs "
+               f"block-to-block sd {pct(nested.sd_block, 2)} over {rounds} rounds: one more launch per arm")
         return Next(False, why, add, launches_per_arm + 1)
     if launch_bound:  # no launch left: rounds are all a stage can add (they narrow the launch estimate, not the term)
-        why = (f"launch-to-launch sd {nested.sd_launch:.2%} outweighs block-to-block sd {nested.sd_block:.2%}, "
+        why = (f"launch-to-launch sd {pct(nested.sd_launch, 2)} outweighs block-to-block sd {pct(nested.sd_block, 2)}, "
                f"but max_launches ({spec.max_launches_per_arm}) is reached: more rounds")
     elif nested.sd_block is not None:
         why = "block-to-block noise is the larger part: more rounds"

@@ -42,7 +42,8 @@ from sglang_spec_harness.run import adaptive
 from sglang_spec_harness.run.plan import Launch, Plan, Selection, Trial, extend, make_plan, with_run_seed
 from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.server import LOOPBACK, do_while_waiting, drop_waiting_work, run_waiting_work
-from sglang_spec_harness.run.trial import TrialOutcome, TrialRunner, analyze_trial_traces
+from sglang_spec_harness.run.outcome import TrialOutcome
+from sglang_spec_harness.run.trial import TrialRunner, analyze_trial_traces
 from sglang_spec_harness.run.workload import build_prompts
 from sglang_spec_harness.rundir import (
     SCHEMA_VERSION,

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from sglang_spec_harness.pages.numbers import seconds
 from sglang_spec_harness.scenario import ProfileSpec
 
 TRACE_GLOB = "*.trace.json*"
@@ -122,7 +123,7 @@ def wait_for_traces(output_dir: Path, *, timeout_s: float, settle_s: float = 0.1
         sizes = current
         if now >= deadline:
             found = ", ".join(p.name + ("" if trace_is_complete(p) else " (truncated)") for p in paths) or "none"
-            raise ProfilingError(f"no complete trace file in {output_dir} after {now - since:.0f} s (found: {found})")
+            raise ProfilingError(f"no complete trace file in {output_dir} after {seconds(now - since)} (found: {found})")
         time.sleep(POLL_S)
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the run stage's own records; trial.py imports this module
+if TYPE_CHECKING:  # the run stage's own records
     from sglang_spec_harness.rundir import LaunchRecord
+    from sglang_spec_harness.run.outcome import TrialOutcome
     from sglang_spec_harness.run.plan import Launch, Trial
-    from sglang_spec_harness.run.trial import TrialOutcome
 
 
 class RunProgress:

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 import httpx
 
 from sglang_spec_harness.engines import ServerCommand, available_cpus
+from sglang_spec_harness.pages.numbers import seconds
 from sglang_spec_harness.run.interrupts import hurry, interrupts_deferred
 from sglang_spec_harness.scenario import NsysSpec
 
@@ -401,7 +402,7 @@ class ServerProcess:
                 run_waiting_work()
                 if time.monotonic() >= deadline:
                     raise ServerStartError(
-                        f"server did not answer GET /health with 200 within {self.startup_timeout_s:g} s "
+                        f"server did not answer GET /health with 200 within {seconds(self.startup_timeout_s)} "
                         f"(last: {last_answer}; log: {self.log_path})",
                         self.log_tail(),
                     )

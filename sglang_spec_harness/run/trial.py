@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from sglang_spec_harness.files import Reserve, WriteError, write_failed
 from sglang_spec_harness.run.interrupts import (
@@ -20,6 +18,7 @@ from sglang_spec_harness.run.interrupts import (
     run_async,
 )
 from sglang_spec_harness.run.launch import ServerLaunch, TrialFailed
+from sglang_spec_harness.run.outcome import TrialOutcome
 from sglang_spec_harness.run.plan import Trial, block_size, profiled_request_count
 from sglang_spec_harness.run.profiling import (
     TRACE_SUFFIXES,
@@ -31,19 +30,8 @@ from sglang_spec_harness.run.profiling import (
 from sglang_spec_harness.run.progress import RunProgress
 from sglang_spec_harness.run.server import export_nsys_sqlite
 from sglang_spec_harness.run.workload import RequestLog, first_failed, send_requests, summarize
-from sglang_spec_harness.rundir import RecordFile, TrialAnalysis, TrialRecord, TrialSummary, now
+from sglang_spec_harness.rundir import RecordFile, TrialAnalysis, TrialRecord, now
 from sglang_spec_harness.scenario import Scenario
-
-
-@dataclass
-class TrialOutcome:
-    trial: Trial
-    status: Literal["ok", "failed"]
-    error: str | None = None
-    summary: TrialSummary | None = None
-    traces: list[str] = field(default_factory=list)
-    server_pid: int | None = None
-    log_tail: list[str] = field(default_factory=list)
 
 
 class TrialRunner:

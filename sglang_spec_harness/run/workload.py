@@ -24,6 +24,7 @@ import httpx
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.files import append_whole, write_failed
+from sglang_spec_harness.pages.numbers import seconds
 from sglang_spec_harness.run.interrupts import interrupts_deferred
 from sglang_spec_harness.rundir import RequestRow, TrialSummary, request_line, write_requests
 from sglang_spec_harness.scenario import FilePrompts, WorkloadSpec
@@ -244,7 +245,7 @@ async def send_request(
                         record.itl_ms.append((now - last_chunk_at) * 1000)
                     last_chunk_at = now
     except httpx.TimeoutException:
-        record.error = f"timed out after {client.timeout.read:g} s"
+        record.error = f"timed out after {seconds(client.timeout.read)}"
         return record
     except httpx.HTTPError as exc:
         what = "cannot connect" if isinstance(exc, httpx.ConnectError) else "broken stream"
@@ -283,7 +284,7 @@ async def send_requests(
                         record = await send_request(client, base_url, prompt, workload)
                 except TimeoutError:
                     record = RequestRow.sent(prompt.index, prompt.warmup,
-                                             error=f"timed out after {request_timeout_s:g} s")
+                                             error=f"timed out after {seconds(request_timeout_s)}")
             if on_record is not None:
                 on_record(record)
             return record

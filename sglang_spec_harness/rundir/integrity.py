@@ -4,6 +4,7 @@ the verdict reports what is missing as its `run_intact` rule."""
 
 from __future__ import annotations
 
+from sglang_spec_harness.pages.numbers import count
 from sglang_spec_harness.rundir.read import RunDir
 
 
@@ -23,5 +24,5 @@ def missing_pieces(run: RunDir) -> list[str]:
             problems.append(f"{trial.name}: requests.jsonl is missing")
         elif expected is not None and len(trial.requests) != expected:
             problems.append(f"{trial.name}: requests.jsonl holds {len(trial.requests)} measured request(s), "
-                            f"trial.json counts {expected:g}")
+                            f"trial.json counts {count(expected)}")
     return problems

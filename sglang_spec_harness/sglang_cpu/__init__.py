@@ -16,9 +16,11 @@ server process):
 - `stand_ins/sgl_kernel`: the CPU ops SGLang's EAGLE path calls, in torch (no CPU build of
   sgl-kernel is on PyPI), and the Triton kernels older releases launch on every platform;
 - `tiny_models`: a tiny Llama target and an EAGLE draft head built locally (no hub);
-- `install`: the virtual environment (sglang 0.5.23 without its dependencies, plus the pinned ones
-  in `requirements.txt`) and the models, made once by `make sglang-cpu`; `--release X` also
-  prepares a release;
+- `base`: the base environment under the prefix: its python, the stamp that says it is built and
+  current, the import check;
+- `install`: builds it (sglang 0.5.23 without its dependencies, plus the pinned ones in
+  `requirements.txt`, and the models), once, by `make sglang-cpu`; `--release X` also prepares a
+  release;
 - `releases`: an environment per release (`prepare`), cached under `.sglang-cpu/releases/`:
   the release's own source and its dependency set's overlay in front of the base venv.
 """

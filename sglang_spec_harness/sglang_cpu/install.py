@@ -17,7 +17,6 @@ Nothing here touches the harness's own environment. Standard library only.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -26,54 +25,24 @@ import time
 from pathlib import Path
 
 from sglang_spec_harness.import_root import harness_import_root
-from sglang_spec_harness.releases.environments import read_json_stamp
-from sglang_spec_harness.sglang_cpu import PACKAGE_DIR, SGLANG_VERSION
-
-REQUIREMENTS = PACKAGE_DIR / "requirements.txt"
-REQUIREMENTS_NO_DEPS = PACKAGE_DIR / "requirements-no-deps.txt"
-TINY_MODELS = PACKAGE_DIR / "tiny_models.py"
-STAMP = "installed.json"
-DEFAULT_PREFIX = Path(".sglang-cpu")
-TORCH_SPEC = os.environ.get("TORCH_SPEC", "torch==2.13.0")
-# Imported once the venv is built, with the shims, so that a broken environment fails here, not at
-# a server's start: the worker the baseline patch rewrites and the HTTP server.
-SMOKE_IMPORTS = ("sglang.srt.speculative.eagle_worker_v2", "sglang.srt.entrypoints.http_server")
+from sglang_spec_harness.pages.numbers import seconds
+from sglang_spec_harness.sglang_cpu import SGLANG_VERSION
+from sglang_spec_harness.sglang_cpu.base import (
+    DEFAULT_PREFIX,
+    DEFAULT_SGLANG_SOURCE,
+    REQUIREMENTS,
+    REQUIREMENTS_NO_DEPS,
+    SMOKE_CODE,
+    STAMP,
+    TORCH_SPEC,
+    expected_stamp,
+    is_current,
+    venv_python,
+)
 
 
 class InstallError(Exception):
     """A step failed: one line, with the command's last output line."""
-
-
-def venv_python(prefix: Path) -> Path:
-    return prefix / "venv" / "bin" / "python"
-
-
-def _digest(*paths: Path) -> str:
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def expected_stamp() -> dict:
-    return {"sglang": SGLANG_VERSION, "torch": TORCH_SPEC,
-            "requirements": _digest(REQUIREMENTS, REQUIREMENTS_NO_DEPS), "tiny_models": _digest(TINY_MODELS)}
-
-
-def read_stamp(prefix: Path) -> dict | None:
-    return read_json_stamp(prefix / STAMP)
-
-
-def is_current(prefix: Path, sglang_source: str | None = None) -> bool:
-    """Built, from these requirement files and models; from `sglang_source` too where one is asked for
-    (None: whatever SGLang was installed, as the tests ask)."""
-    stamp = read_stamp(prefix)
-    return (stamp is not None and venv_python(prefix).exists()
-            and all(stamp.get(k) == v for k, v in expected_stamp().items())
-            and (sglang_source is None or stamp.get("sglang_source", DEFAULT_SGLANG_SOURCE) == sglang_source))
-
-
-DEFAULT_SGLANG_SOURCE = f"sglang=={SGLANG_VERSION}"
 
 
 def sglang_requirement(source: str) -> list[str]:
@@ -107,7 +76,7 @@ def _run(step: str, argv: list[str], *, env: dict[str, str] | None = None) -> st
         lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
         tail = "; ".join(lines[-3:]) if lines else "no output"
         raise InstallError(f"{step} failed (exit {proc.returncode}): {tail}")
-    print(f"sglang-cpu: {step}: done in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"sglang-cpu: {step}: done in {seconds(time.monotonic() - started)}", flush=True)
     return proc.stdout
 
 
@@ -126,8 +95,7 @@ def install(prefix: Path, *, python: str = sys.executable, sglang_source: str = 
     _run("what they import (requirements.txt)", [*pip, "-r", str(REQUIREMENTS)])
     # the harness alone on the venv's path, never the harness environment's site-packages
     env = {**os.environ, "PYTHONPATH": str(harness_import_root()), "PYTHONNOUSERSITE": "1"}
-    code = "import sglang_spec_harness.sglang_cpu.shims\n" + "".join(f"import {m}\n" for m in SMOKE_IMPORTS)
-    _run("import check (sglang with the CPU shims)", [str(py), "-c", code], env=env)
+    _run("import check (sglang with the CPU shims)", [str(py), "-c", SMOKE_CODE], env=env)
     models = prefix / "models"
     out = _run("tiny models", [str(py), "-m", "sglang_spec_harness.sglang_cpu.tiny_models", str(models)], env=env)
     stamp = {**expected_stamp(), "sglang_source": sglang_source, "models": json.loads(out.strip().splitlines()[-1]),
@@ -156,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         except InstallError as exc:
             print(f"sglang-cpu: {exc}", file=sys.stderr)
             return 1
-        print(f"sglang-cpu: ready in {time.monotonic() - started:.0f} s: {venv_python(args.prefix)}, models "
+        print(f"sglang-cpu: ready in {seconds(time.monotonic() - started)}: {venv_python(args.prefix)}, models "
               f"{args.prefix / 'models'} (vocab {stamp['models']['vocab_size']}, draft agreement {stamp['models']['agreement']})")
     if args.release:
         from sglang_spec_harness.sglang_cpu.releases import main_release

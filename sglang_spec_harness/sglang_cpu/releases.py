@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.import_root import harness_import_root
+from sglang_spec_harness.pages.numbers import seconds
 from sglang_spec_harness.releases.environments import (
     Progress,
     ReleaseEnvironment,
@@ -33,8 +34,8 @@ from sglang_spec_harness.releases.environments import (
     dist_version,
     release_pins,
 )
-from sglang_spec_harness.sglang_cpu import install as base_install
 from sglang_spec_harness.sglang_cpu import port
+from sglang_spec_harness.sglang_cpu.base import SMOKE_CODE, is_current, venv_python
 from sglang_spec_harness.sglang_cpu.release_table import ReleaseRow, TableError, UnknownRelease, load_table
 
 PACKAGE = "sglang"
@@ -69,10 +70,10 @@ def prepare(release: str, prefix: Path = Path(".sglang-cpu"), progress: Progress
     release = release.strip()
     row = table_row(release)
     prefix = Path(os.path.abspath(prefix))
-    if not base_install.is_current(prefix):
+    if not is_current(prefix):
         raise ReleaseUnavailable(f"{release}: the base environment {prefix / 'venv'} is missing or out of date: "
                                  f"run `make sglang-cpu` (or python -m sglang_spec_harness.sglang_cpu.install --prefix {prefix})")
-    python = base_install.venv_python(prefix)
+    python = venv_python(prefix)
     base_site = base_site_packages(prefix)
     base_release = dist_version(base_site, PACKAGE)
     built: dict[str, Any] = {}
@@ -135,9 +136,6 @@ class SglangCpuReleases:
         return prepare(release, prefix=self.prefix, progress=progress)
 
 
-SMOKE_CODE = "import sglang_spec_harness.sglang_cpu.shims\n" + "".join(f"import {m}\n" for m in base_install.SMOKE_IMPORTS)
-
-
 def import_check(environment: ReleaseEnvironment, timeout: float = 600) -> None:
     """The release's EAGLE worker and HTTP server import with the shims in its environment, or one
     ReleaseUnavailable line with the last error line."""
@@ -166,7 +164,7 @@ def main_release(releases: list[str], prefix: Path) -> int:
             print(f"sglang-cpu: {exc}", file=sys.stderr)
             return 1
         facts = environment.facts
-        print(f"sglang-cpu {release}: ready in {time.monotonic() - started:.0f} s: {environment.python} with "
+        print(f"sglang-cpu {release}: ready in {seconds(time.monotonic() - started)}: {environment.python} with "
               f"PYTHONPATH {os.pathsep.join(environment.pythonpath) or '(the base venv)'}; torch {facts['torch']['used']} "
               f"(pin {facts['torch']['pinned']}), transformers {facts['transformers']['used']} (pin "
               f"{facts['transformers']['pinned']}); adaptations: {', '.join(facts['adaptations'])}", flush=True)

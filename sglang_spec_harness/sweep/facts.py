@@ -6,14 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sglang_spec_harness.pages.numbers import MISSING
 from sglang_spec_harness.sweep.result import SweepResult
+
 
 def _not_run(result: SweepResult) -> list[dict[str, Any]]:
     """Rows for the points that never got a run directory (their environment could not be built):
     the sweep's page lists every point, with why."""
     name = result.out_dir.name
     return [{"run": f"{p.label} (no run)", "run_key": None, "scenario": result.scenario, "aa": False, "mode": None,
-             "status": "cannot run", "reason": p.reason, "started": None, "verdict": None, "hardware": "–",
+             "status": "cannot run", "reason": p.reason, "started": None, "verdict": None, "hardware": MISSING,
              "sglang_version": p.point if result.request.axis == "sglang_release" else None, "sglang_commit": None,
              "harness_commit": None, "path": None, "report": None, "sweep": name, "sweep_axis": result.request.axis,
              "sweep_point": p.point, "sweep_label": p.label, "sweep_position": p.position}

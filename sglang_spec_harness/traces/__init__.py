@@ -3,8 +3,11 @@
 Public API (imported lazily, so that `harness --help` stays instant):
     analyze_traces(paths, patterns=None, regions=None, *, replace_default_regions=False,
                    subject="auto") -> TraceAnalysis
-    TraceAnalysis (.to_json_dict(), .from_json_dict(), .count(), *_frame() accessors; `views`:
+    TraceAnalysis (the stored document: .to_json_dict(), .from_json_dict(), .count(); `views`:
                    what the report draws, TraceViews)
+    kernels_per_launch_frame(analysis), op_table_frame(analysis) -> DataFrame  (of a document)
+    analyze_traces_with_tables(...) -> AnalyzedTraces (.analysis, and the frames that read the
+                   traces: .launches_frame(), .ops_frame(), .spans_frame(), .instances_frame())
     count_in_graph_replays(trace_or_profile, pattern, region) -> ReplayCounts  (for unit tests;
                    raises CountUnavailable where the trace cannot support the count)
     CountRow, PatternTotal, Validity, FileAnalysis, CombinedAnalysis, TopOp, OpTable  (schema)
@@ -17,6 +20,10 @@ import importlib
 
 _EXPORTS = {
     "analyze_traces": "sglang_spec_harness.traces.analysis",
+    "analyze_traces_with_tables": "sglang_spec_harness.traces.analysis",
+    "AnalyzedTraces": "sglang_spec_harness.traces.analysis",
+    "kernels_per_launch_frame": "sglang_spec_harness.traces.analysis",
+    "op_table_frame": "sglang_spec_harness.traces.analysis",
     "TraceAnalysis": "sglang_spec_harness.traces.schema",
     "TraceViews": "sglang_spec_harness.traces.schema",
     "count_in_graph_replays": "sglang_spec_harness.traces.replays",

@@ -1,4 +1,6 @@
-"""`analyze_traces`: read trace files, attribute, count; the result as one `TraceAnalysis`."""
+"""`analyze_traces`: read trace files, attribute, count; the result as one `TraceAnalysis` (the
+stored document). The tables computed from a document, and `AnalyzedTraces`: the document with the
+trace tables it came from, for the frames that read the traces themselves."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ _SUBJECT_CHOICES: tuple[Subject | Literal["auto"], ...] = ("auto", "gpu_ops", "c
 Key = TypeVar("Key", int, str)  # a histogram's or a name count's keys
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileTables:
     """What one file's analysis was computed from (kept in memory, not in the JSON)."""
 
@@ -46,11 +48,11 @@ class FileTables:
     items: counting.Items
 
 
-# -- TraceAnalysis's tables ----------------------------------------------------------------------
-# (the model is in traces/schema.py; its frame methods call these)
+# -- the tables of a stored analysis (a document loaded from JSON has all it needs) --------------
 
 
 def kernels_per_launch_frame(analysis: TraceAnalysis) -> pd.DataFrame:
+    """kernels in a graph launch -> launches, per file."""
     rows = [{"file": f.path, "rank": f.rank, "kernels": k, "launches": n}
             for f in analysis.files for k, n in sorted((f.kernels_per_graph_launch or {}).items())]
     return pd.DataFrame(rows, columns=["file", "rank", "kernels", "launches"])
@@ -69,55 +71,59 @@ def op_table_frame(analysis: TraceAnalysis) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def launches_frame(analysis: TraceAnalysis) -> pd.DataFrame:
-    """Every launch: name, pid, tid, ts, dur (CPU call), is_graph, region, label (the span that
-    gave the region), kernels, gpu_ops, gpu_start, gpu_end, and `count:NAME` per pattern."""
-    frames = []
-    for file, tables in zip(analysis.files, _trace_tables(analysis)):
-        launches = tables.attribution.launches.drop(columns=["span"])
-        for name, hit in tables.items.match.items():
-            ops = tables.items.frame
-            per_launch = pd.Series(hit, index=ops.index).groupby(ops["launch"].to_numpy()).sum()
-            launches[f"count:{name}"] = per_launch.reindex(range(len(launches)), fill_value=0).to_numpy()
-        frames.append(launches.assign(file=file.path, rank=file.rank))
-    return _concat(frames)
+# -- the tables that read the traces themselves ---------------------------------------------------
 
 
-def ops_frame(analysis: TraceAnalysis) -> pd.DataFrame:
-    """Every counted op (GPU ops, or CPU ops on a CPU trace) with ts, dur, launch, is_graph,
-    region: enough to draw a timeline of one cycle."""
-    frames = []
-    for file, tables in zip(analysis.files, _trace_tables(analysis)):
-        frame = tables.items.frame.copy()
-        spans = tables.attribution.spans
-        frame["span_name"] = frame["span"].map(spans["name"].astype(object)) if len(spans) else None
-        for name, hit in tables.items.match.items():
-            frame[f"match:{name}"] = hit
-        frames.append(frame.assign(file=file.path, rank=file.rank))
-    return _concat(frames)
+@dataclass(frozen=True)
+class AnalyzedTraces:
+    """An analysis together with the trace tables it was computed from, in memory only (what
+    `analyze_traces_with_tables` returns): the frames of every launch, op, span and instance read
+    those tables, which the stored document (`analysis`) does not hold."""
 
+    analysis: TraceAnalysis
+    tables: tuple[FileTables, ...]
 
-def instances_frame(analysis: TraceAnalysis, region: str, pattern: str, unit: str = "graph_launch") -> pd.DataFrame:
-    """The instances behind `count(region, pattern, unit)`'s per-replay figures, one row each:
-    file, rank, ts (its CPU start) and `count` (the matches of `pattern` in it); file by file,
-    by start. graph_launch: the region's graph launches that recorded GPU ops; span: its spans."""
-    if pattern not in analysis.patterns:
-        raise ValueError(f"instances_frame: no count pattern {pattern!r} in this analysis ({', '.join(analysis.patterns)})")
-    frames = [counting.instance_counts(t.attribution, t.items, pattern, region, unit).assign(file=f.path, rank=f.rank)
-              for f, t in zip(analysis.files, _trace_tables(analysis))]
-    return _concat(frames)[["file", "rank", "ts", "count"]]
+    def launches_frame(self) -> pd.DataFrame:
+        """Every launch: name, pid, tid, ts, dur (CPU call), is_graph, region, label (the span that
+        gave the region), kernels, gpu_ops, gpu_start, gpu_end, and `count:NAME` per pattern."""
+        frames = []
+        for file, tables in zip(self.analysis.files, self.tables):
+            launches = tables.attribution.launches.drop(columns=["span"])
+            for name, hit in tables.items.match.items():
+                ops = tables.items.frame
+                per_launch = pd.Series(hit, index=ops.index).groupby(ops["launch"].to_numpy()).sum()
+                launches[f"count:{name}"] = per_launch.reindex(range(len(launches)), fill_value=0).to_numpy()
+            frames.append(launches.assign(file=file.path, rank=file.rank))
+        return _concat(frames)
 
+    def ops_frame(self) -> pd.DataFrame:
+        """Every counted op (GPU ops, or CPU ops on a CPU trace) with ts, dur, launch, is_graph,
+        region: enough to draw a timeline of one cycle."""
+        frames = []
+        for file, tables in zip(self.analysis.files, self.tables):
+            frame = tables.items.frame.copy()
+            spans = tables.attribution.spans
+            frame["span_name"] = frame["span"].map(spans["name"].astype(object)) if len(spans) else None
+            for name, hit in tables.items.match.items():
+                frame[f"match:{name}"] = hit
+            frames.append(frame.assign(file=file.path, rank=file.rank))
+        return _concat(frames)
 
-def spans_frame(analysis: TraceAnalysis) -> pd.DataFrame:
-    """The region span instances: name, kind, pid, tid, ts, dur, region."""
-    return _concat([t.attribution.spans.assign(file=f.path, rank=f.rank)
-                    for f, t in zip(analysis.files, _trace_tables(analysis))])
+    def instances_frame(self, region: str, pattern: str, unit: str = "graph_launch") -> pd.DataFrame:
+        """The instances behind `analysis.count(region, pattern, unit)`'s per-replay figures, one row
+        each: file, rank, ts (its CPU start) and `count` (the matches of `pattern` in it); file by
+        file, by start. graph_launch: the region's graph launches that recorded GPU ops; span: its spans."""
+        if pattern not in self.analysis.patterns:
+            raise ValueError(f"instances_frame: no count pattern {pattern!r} in this analysis "
+                             f"({', '.join(self.analysis.patterns)})")
+        frames = [counting.instance_counts(t.attribution, t.items, pattern, region, unit).assign(file=f.path, rank=f.rank)
+                  for f, t in zip(self.analysis.files, self.tables)]
+        return _concat(frames)[["file", "rank", "ts", "count"]]
 
-
-def _trace_tables(analysis: TraceAnalysis) -> list[FileTables]:
-    if not analysis._tables:
-        raise RuntimeError("trace tables are only kept by analyze_traces(); this analysis was loaded from JSON")
-    return analysis._tables
+    def spans_frame(self) -> pd.DataFrame:
+        """The region span instances: name, kind, pid, tid, ts, dur, region."""
+        return _concat([t.attribution.spans.assign(file=f.path, rank=f.rank)
+                        for f, t in zip(self.analysis.files, self.tables)])
 
 
 def analyze_traces(
@@ -128,13 +134,26 @@ def analyze_traces(
     replace_default_regions: bool = False,
     subject: str = "auto",
 ) -> TraceAnalysis:
-    """Analyze trace files (one per TP rank, or any set).
+    """Analyze trace files (one per TP rank, or any set): the document, as analysis.json stores it.
 
     patterns: name -> regex to count (default: `softmax`). regions: a RegionTable used as is, or
     name -> regex rules put in front of the default SGLang table (alone with
     `replace_default_regions`). subject: "auto" (GPU ops if the trace has any, else CPU ops),
     "gpu_ops" or "cpu_ops".
     """
+    return analyze_traces_with_tables(paths, patterns, regions, replace_default_regions=replace_default_regions,
+                                      subject=subject).analysis
+
+
+def analyze_traces_with_tables(
+    paths: Sequence[str | Path],
+    patterns: Mapping[str, str] | Iterable[NamedPattern] | None = None,
+    regions: RegionTable | Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+    *,
+    replace_default_regions: bool = False,
+    subject: str = "auto",
+) -> AnalyzedTraces:
+    """`analyze_traces`, keeping the trace tables beside the document for the frames that read them."""
     if not paths:
         raise ValueError("analyze_traces: no trace files given")
     wanted = next((s for s in _SUBJECT_CHOICES if s == subject), None)
@@ -156,8 +175,7 @@ def analyze_traces(
         combined=combine(files, table.region_names),
         views=trace_views(tables[shown].attribution, chosen, shown),
     )
-    analysis._tables = tables
-    return analysis
+    return AnalyzedTraces(analysis, tuple(tables))
 
 
 def _shown_file(paths: Sequence[str]) -> int:

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from sglang_spec_harness.errors import one_line
-from sglang_spec_harness.traces.analysis import TraceAnalysis
-from sglang_spec_harness.traces.schema import CountRow, Validity
+from sglang_spec_harness.pages.numbers import fmt
+from sglang_spec_harness.traces.schema import CountRow, TraceAnalysis, Validity
 
 _SIGNATURE_TAIL = re.compile(r"[<(].*$", re.DOTALL)
 
@@ -82,9 +82,7 @@ def _counts_table(rows: list[CountRow]) -> Table:
 
 
 def _cell(value: float | int | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return fmt(value, 6)  # None: a count the trace cannot support (the row says why)
 
 
 def _print_warnings(warnings: list[str], console: Console) -> None:

@@ -1,6 +1,6 @@
 """`count_in_graph_replays`: how many kernels (or CPU ops) matching a pattern each graph replay of a
 region ran, in a form a unit test asserts on. Takes a finished `torch.profiler.profile` or trace
-files; built on `analyze_traces` (same attribution, regions and counting units as `harness analyze`).
+files; built on `analyze_traces_with_tables` (same attribution, regions and counting units as `harness analyze`).
 
 It fails closed: where the trace cannot support the count it raises `CountUnavailable`, never a 0.
 """
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sglang_spec_harness.traces.analysis import TraceAnalysis, analyze_traces
+from sglang_spec_harness.traces.analysis import AnalyzedTraces, analyze_traces_with_tables
+from sglang_spec_harness.traces.schema import TraceAnalysis
 from sglang_spec_harness.traces.counting import GRAPH_MODE_NOTE
 from sglang_spec_harness.traces.patterns import DEFAULT_COUNT_PATTERNS, NamedPattern, named_pattern
 from sglang_spec_harness.traces.regions import RegionTable
@@ -87,7 +88,7 @@ def count_in_graph_replays(
     """
     paths, source = _trace_files(trace_or_profile)
     counted, table = counting_query(pattern, region, RegionTable.default())
-    return replay_counts(analyze_traces(paths, [counted], table), region, counted.name, source=source)
+    return replay_counts(analyze_traces_with_tables(paths, [counted], table), region, counted.name, source=source)
 
 
 def counting_query(pattern: str | re.Pattern[str], region: str, table: RegionTable,
@@ -105,10 +106,11 @@ def counting_query(pattern: str | re.Pattern[str], region: str, table: RegionTab
     return counted, table
 
 
-def replay_counts(analysis: TraceAnalysis, region: str, pattern: str, *, source: str) -> ReplayCounts:
-    """The ReplayCounts of `pattern` (a name the analysis counted) in `region` of an analysis done by
-    `analyze_traces` (the unit: graph replays on a GPU trace, spans on a CPU-only one). `source`
-    names the traces in messages. Raises CountUnavailable where the trace cannot support the count."""
+def replay_counts(analyzed: AnalyzedTraces, region: str, pattern: str, *, source: str) -> ReplayCounts:
+    """The ReplayCounts of `pattern` (a name the analysis counted) in `region` of traces analysed with
+    their tables (the unit: graph replays on a GPU trace, spans on a CPU-only one). `source` names
+    the traces in messages. Raises CountUnavailable where the trace cannot support the count."""
+    analysis = analyzed.analysis
     validity = analysis.combined.validity
     if validity.subject == "mixed":
         raise CountUnavailable(f"{source}: GPU traces and CPU-only traces together: give one kind")
@@ -123,7 +125,7 @@ def replay_counts(analysis: TraceAnalysis, region: str, pattern: str, *, source:
         region=region,
         pattern=analysis.patterns[pattern],
         unit=unit,
-        per_replay=tuple(int(n) for n in analysis.instances_frame(region, pattern, unit)["count"]),
+        per_replay=tuple(int(n) for n in analyzed.instances_frame(region, pattern, unit)["count"]),
         empty_launches=row.empty_launches,
         eager=(eager.total or 0) if eager is not None else 0,
         matched_names=dict(row.matched_names),

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
-
-if TYPE_CHECKING:
-    import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 Unit = Literal["graph_launch", "span", "trace"]
@@ -340,8 +337,8 @@ class TraceAnalysis(BaseModel):
 
     Unknown top-level fields are kept (analysis.json is read as hostile data, and a newer harness may
     add some); the per-file facts are closed. `views` is absent from documents written before it.
-    The frame accessors are pandas tables (traces/analysis.py); `launches_frame`, `ops_frame`,
-    `instances_frame` and `spans_frame` read the traces themselves, so only after `analyze_traces`."""
+    It holds only what is stored: the tables computed from it, and those that read the traces
+    themselves, are traces/analysis.py's."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -351,7 +348,6 @@ class TraceAnalysis(BaseModel):
     files: list[FileAnalysis]
     combined: CombinedAnalysis
     views: TraceViews | None = None
-    _tables: list[Any] = PrivateAttr(default_factory=list)  # traces/analysis.py FileTables, per file
 
     def to_json_dict(self) -> dict:
         return self.model_dump(mode="json")
@@ -364,40 +360,3 @@ class TraceAnalysis(BaseModel):
         """The row for (region, unit, pattern) of one file (index) or of all files combined."""
         rows = self.combined.counts if file is None else self.files[file].counts
         return next((r for r in rows if (r.region, r.unit, r.pattern) == (region, unit, pattern)), None)
-
-    # The tables: computed in traces/analysis.py (pandas and the trace tables stay out of this module).
-    def kernels_per_launch_frame(self) -> pd.DataFrame:
-        """kernels in a graph launch -> launches, per file."""
-        from sglang_spec_harness.traces import analysis
-
-        return analysis.kernels_per_launch_frame(self)
-
-    def op_table_frame(self) -> pd.DataFrame:
-        """Every op name per region and unit, one row each (file = "combined" for all files)."""
-        from sglang_spec_harness.traces import analysis
-
-        return analysis.op_table_frame(self)
-
-    def launches_frame(self) -> pd.DataFrame:
-        """Every launch with its region, label, times, kernels and `count:NAME` per pattern."""
-        from sglang_spec_harness.traces import analysis
-
-        return analysis.launches_frame(self)
-
-    def ops_frame(self) -> pd.DataFrame:
-        """Every counted op with ts, dur, launch, is_graph, region: a timeline."""
-        from sglang_spec_harness.traces import analysis
-
-        return analysis.ops_frame(self)
-
-    def instances_frame(self, region: str, pattern: str, unit: str = "graph_launch") -> pd.DataFrame:
-        """The instances behind `count(region, pattern, unit)`'s per-replay figures, one row each."""
-        from sglang_spec_harness.traces import analysis
-
-        return analysis.instances_frame(self, region, pattern, unit)
-
-    def spans_frame(self) -> pd.DataFrame:
-        """The region span instances: name, kind, pid, tid, ts, dur, region."""
-        from sglang_spec_harness.traces import analysis
-
-        return analysis.spans_frame(self)

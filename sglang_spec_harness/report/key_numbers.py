@@ -1,4 +1,6 @@
-"""Key numbers that the page, the Markdown summary and the figures share, as plain text/tuples."""
+"""The run's key numbers that the page, the Markdown summary and the figures share (the TPOT ratio and
+its interval, the accept lengths, the softmax counts per region), and their lines, written with
+`sglang_spec_harness.pages.numbers`."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from sglang_spec_harness.pages.numbers import fmt, pct
+from sglang_spec_harness.pages.numbers import count_range, fmt, interval, p_value, pct, ratio
 from sglang_spec_harness.report.data import ReportData
 from sglang_spec_harness.rundir import valid_number
 from sglang_spec_harness.rundir.rule_numbers import AcceptLengthNumbers, KernelObservation, TpotGainNumbers, numbers_of
@@ -32,13 +34,13 @@ class TpotNumbers:
     def line(self) -> str:
         if self.ratio is None:
             return "TPOT: no ratio (not enough timed trials)"
-        text = f"TPOT candidate/baseline = {self.ratio:.4f}"
+        text = f"TPOT candidate/baseline = {ratio(self.ratio)}"
         if self.ci_low is not None and self.ci_high is not None:
-            conf = f"{self.confidence * 100:.0f}% " if self.confidence else ""
-            text += f" ({conf}CI {self.ci_low:.4f} – {self.ci_high:.4f})"
+            conf = f"{pct(self.confidence, 0)} " if self.confidence else ""
+            text += f" ({conf}CI {interval(self.ci_low, self.ci_high)})"
         text += f", gain {pct(1 - self.ratio)}"
         if self.p_value is not None:
-            text += f", p = {fmt(self.p_value, 2)}"
+            text += f", p = {p_value(self.p_value)}"
         if self.min_gain is not None:
             text += f"; required gain ≥ {pct(self.min_gain)}"
         if self.min_detectable_gain is not None:
@@ -86,11 +88,11 @@ def accept_line(data: ReportData) -> str:
     text = "Accept length: " + ("; ".join(parts) if parts else "no timed trial reported one")
     rules = data.rules_of_kind(RuleKind.ACCEPT_LENGTH)
     if rules and isinstance(n := numbers_of(rules[0]), AcceptLengthNumbers):
-        ratio, low, high, tolerance = (valid_number(v) for v in (n.ratio, n.ci_low, n.ci_high, n.rel_tolerance))
-        if ratio is not None:
-            text += f"; ratio {ratio:.4f}"
+        estimate, low, high, tolerance = (valid_number(v) for v in (n.ratio, n.ci_low, n.ci_high, n.rel_tolerance))
+        if estimate is not None:
+            text += f"; ratio {ratio(estimate)}"
             if low is not None and high is not None:
-                text += f" (CI {low:.4f} – {high:.4f})"
+                text += f" (CI {interval(low, high)})"
             if tolerance is not None:
                 text += f", tolerance ±{pct(tolerance)}"
     return text
@@ -116,7 +118,7 @@ def counts_from_rules(data: ReportData) -> list[KernelObservation]:
 
 
 def count_lines(rows: list[KernelObservation], pattern: str = "softmax") -> list[str]:
-    """`REGION: baseline 2/replay (24 in 12 replays), candidate 0/replay (0 in 12)` per region."""
+    """`REGION: baseline 2 per replay (24 in 12 replays); candidate 0..1 per replay (3 in 12 replays)`."""
     by_region: dict[str, dict[str, list[KernelObservation]]] = {}
     for row in rows:
         if row.pattern == pattern:
@@ -129,7 +131,7 @@ def count_lines(rows: list[KernelObservation], pattern: str = "softmax") -> list
             replays = sum(r.replays for r in vrows)
             hi = max((r.per_replay_max for r in vrows if r.per_replay_max is not None), default=None)
             lo = min((r.per_replay_min for r in vrows if r.per_replay_min is not None), default=None)
-            per = fmt(lo) if lo == hi else f"{fmt(lo)}–{fmt(hi)}"
+            per = count_range(lo, hi)
             parts.append(f"{variant} {per} per replay ({total} in {replays} replays)")
         lines.append(f"{region}: " + "; ".join(parts))
     return lines
