@@ -137,3 +137,60 @@ def test_analyze_run_dir_recomputes_the_functions_of_a_run_analysed_before_them(
     assert done.returncode == 0, done.stderr
     again = json.loads((run / "analysis.json").read_text())
     assert again["trials"][trial]["files"][0]["region_functions"] == functions
+
+
+def _strip_functions(run_dir) -> None:
+    """analysis.json as a harness before the functions per region wrote it."""
+    path = run_dir / "analysis.json"
+    stored = json.loads(path.read_text())
+    for trial in stored["trials"].values():
+        for part in [*trial["files"], trial["combined"]]:
+            part.pop("region_functions", None)
+    path.write_text(json.dumps(stored))
+
+
+@pytest.mark.slow
+def test_a_stored_sweep_is_explained_again_after_the_fact(planted, tmp_path):
+    """`harness history explain SWEEP_DIR`: a copy of the sweep (another folder name), its runs analysed
+    before the functions were stored: they are analysed again from their traces, and the change point
+    names the planted function first with its hunk, as the sweep itself did."""
+    import shutil
+
+    copy = tmp_path / "copied-sweep"
+    shutil.copytree(planted["folder"], copy)
+    runs = sorted(p.parent for p in copy.rglob("run.json"))
+    for run in runs:
+        _strip_functions(run)
+    out = tmp_path / "explanations.json"
+    done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "history", "explain", str(copy),
+                           "--out", str(out), "--page", str(tmp_path / "page")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(out.read_text())
+    assert sorted(document["analysed_again"]) == sorted(r.name for r in runs)
+    assert document["sweep"] == planted["folder"].name and len(document["points"]) == 2
+    hashes = planted["hashes"]
+    (softmax,) = [c for c in document["change_points"] if c["metric"] == "kernels:DRAFT_DECODE:softmax"]
+    (explanation,) = [e for e in document["explanations"] if e["id"] == softmax["explanation"]]
+    first = explanation["source"]["changed"][0]
+    assert (first["rank"], first["file"], first["function"]) == (1, "planted/selection.py", "choose")
+    assert first["hunk"] == (f"--- {hashes[0][:12]}:python/planted/selection.py\n"
+                             f"+++ {hashes[1][:12]}:python/planted/selection.py\n{CHOOSE_HUNK}")
+    original = next(e for e in planted["sweep"]["history"]["explanations"] if e["id"] == explanation["id"])
+    assert explanation["source"] == original["source"]
+    assert explanation["sentence"] == original["sentence"].replace(str(planted["folder"]), str(copy))  # its runs' paths
+    assert "planted/selection.py:choose (+2 -1 lines)" in done.stdout
+    assert (tmp_path / "page" / "index.html").is_file()
+    # a second time nothing is analysed again: the functions are stored now
+    again = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "history", "explain", str(copy),
+                            "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and json.loads(out.read_text())["analysed_again"] == []
+
+
+def test_explain_refuses_a_folder_that_is_no_sweep_in_one_line(tmp_path):
+    (tmp_path / "sweep.json").write_text("{not json")
+    for folder in (tmp_path, tmp_path / "nowhere"):
+        done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "history", "explain",
+                               str(folder)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "sweep.json" in done.stderr
