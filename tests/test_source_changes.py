@@ -201,3 +201,18 @@ def test_a_long_diff_is_cut_and_says_how_much_was_left_out():
     assert len(hunk.text.splitlines()) == 60 and hunk.lines_left_out == 2 + 1 + 1 + 200 - 60
     # the hunk starts at the def line itself (context), so no def after the @@
     assert hunk.text.splitlines()[2:4] == ["@@ -10,101 +10,101 @@", " def f():"]
+
+
+def test_a_function_that_ran_only_where_ops_came_or_went_ranks_above_the_forward_pass(tmp_path):
+    """As at SGLang 0.5.13: the softmax left the draft's region, a few counts moved in the verify; the
+    forward pass that every region runs changed more lines than the draft's own method, yet the
+    draft's method comes first."""
+    before_files = {"pkg/mod.py": "def draft(x):\n    return x\n\n\ndef forward(x):\n    return x\n"}
+    after_files = {"pkg/mod.py": "def draft(x):\n    return -x\n\n\ndef forward(x):\n    a = x\n    b = a\n    c = b\n    return c\n"}
+    both = [ran("DRAFT_DECODE", "pkg/mod.py", "draft", 1), ran("DRAFT_DECODE", "pkg/mod.py", "forward", 5),
+            ran("TARGET_VERIFY", "pkg/mod.py", "forward", 5)]
+    counts_moved = {"region": "TARGET_VERIFY", "appeared": [], "disappeared": [], "changed": [{"op": "aten::sum"}]}
+    source = explain(tmp_path, before_files, after_files, both, both, [changed_region("DRAFT_DECODE"), counts_moved])
+    assert source["regions"] == ["DRAFT_DECODE", "TARGET_VERIFY"]
+    assert [(c["function"], c["focus"], c["specific"], c["added"] + c["removed"]) for c in source["changed"]] == [
+        ("draft", True, True, 2), ("forward", True, False, 5)]

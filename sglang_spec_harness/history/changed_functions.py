@@ -4,7 +4,9 @@ functions whose source differs between the two points, each with its unified dif
 
 The regions concerned: those whose ops changed at the change point; where none did (an output
 change, a timing change), the regions of the decode cycle. Every function that ran in any region is
-compared; those that ran in the regions concerned rank first, then by how many lines changed.
+compared; those that ran in the regions concerned rank first, and among them those that ran only
+where ops appeared or disappeared (a draft method, not the forward pass that every region runs),
+then by how many lines changed.
 
 A function is SGLang's (the code under test) when its file lies in the point's source (the release's
 package, or the repository's tree); the harness's own code (its package, the stand-ins it puts on
@@ -103,10 +105,17 @@ def regions_concerned(regions: list[dict[str, Any]], ran: dict[str, list[Ran]]) 
     return cycle, "decode cycle"
 
 
+def regions_where_ops_came_or_went(regions: list[dict[str, Any]], concerned: list[str]) -> set[str]:
+    """The regions where an op appeared or disappeared (the strongest change); the regions concerned
+    where none did."""
+    return {r["region"] for r in regions if r["appeared"] or r["disappeared"]} or set(concerned)
+
+
 def source_changes(ran: dict[str, list[Ran]], trees: dict[str, SourceTree | str], regions: list[dict[str, Any]],
                    cache: SourceCache, labels: dict[str, str]) -> dict[str, Any]:
     """The `source` part of an explanation (docs/history.md)."""
     concerned, basis = regions_concerned(regions, ran)
+    strongest = regions_where_ops_came_or_went(regions, concerned)
     notes = [t for t in trees.values() if isinstance(t, str)]
     out: dict[str, Any] = {
         "basis": basis, "regions": concerned,
@@ -130,6 +139,8 @@ def source_changes(ran: dict[str, list[Ran]], trees: dict[str, SourceTree | str]
             out["unchanged"] += all(entry.definition.values())
             continue
         item["focus"] = bool(entry.regions & set(concerned))
+        # ran only where ops came or went: the draft's own function, not the forward pass every region runs
+        item["specific"] = item["focus"] and entry.regions <= strongest
         same = changed.get(key := (item["path_before"], item["path_after"], item["function"]))
         if same is None:
             changed[key] = item
@@ -139,8 +150,9 @@ def source_changes(ran: dict[str, list[Ran]], trees: dict[str, SourceTree | str]
                 same["time_us"][side] += item["time_us"][side]
             same["regions"] = sorted({*same["regions"], *item["regions"]})
             same["focus"] = same["focus"] or item["focus"]
+            same["specific"] = same["focus"] and set(same["regions"]) <= strongest
     out["compared"] = out["unchanged"] + len(changed)
-    ranked = sorted(changed.values(), key=lambda c: (not c["focus"], -(c["added"] + c["removed"]),
+    ranked = sorted(changed.values(), key=lambda c: (not c["focus"], not c["specific"], -(c["added"] + c["removed"]),
                                                     -max(c["time_us"].values()), c["file"], c["function"]))
     for rank, item in enumerate(ranked, 1):
         item["rank"] = rank

@@ -69,7 +69,9 @@ def sweep_explanations(engine: Engine, folder: Path, *, reanalyze: bool = True,
                        progress: Callable[[str], None] = lambda line: None) -> SweepExplanations:
     """The sweep folder's change points and their explanations, with the source that ran and changed."""
     scenario = sweep_scenario(folder)
-    run_dirs = find_run_dirs([folder])
+    # the trials that run once (`baseline/`) are no point: the points hold them, and alone the folder
+    # has no results.json
+    run_dirs = [d for d in find_run_dirs([folder]) if d != (folder / "baseline").resolve()]
     if not run_dirs:
         raise HarnessInputError(f"{one_line(folder)}: no run directory found (expected folders with run.json)")
     analysed = []
