@@ -36,7 +36,7 @@ from sglang_spec_harness.history.source import (
 from sglang_spec_harness.vocabulary import CYCLE_REGIONS, NO_REGION, PREFILL
 
 MAX_CHANGED = 25  # functions listed with their hunks; the rest counted
-MAX_HUNK_LINES = 60
+MAX_HUNK_LINES = 120  # the whole of most changed methods: the line that matters is often past the 60th
 MAX_HARNESS = 20
 SIDES = ("before", "after")
 
