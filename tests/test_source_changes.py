@@ -141,6 +141,14 @@ def test_when_no_regions_ops_changed_the_decode_cycles_functions_rank_first(tmp_
     assert source["basis"] == "decode cycle"
     assert [(c["function"], c["focus"], c["added"] + c["removed"]) for c in source["changed"]] == [
         ("verify", True, 2), ("prefill", False, 4)]
+    # a function that ran in every region of the cycle ranks above one that ran in one of them only,
+    # even with fewer lines changed
+    before_files["pkg/mod.py"] += "\n\ndef draft_only(x):\n    return x\n"
+    after_files["pkg/mod.py"] += "\n\ndef draft_only(x):\n    a = -x\n    b = a\n    return b\n"
+    with_draft = [*both, ran("DRAFT_DECODE", "pkg/mod.py", "draft_only", 9)]
+    source = explain(tmp_path / "cycle", before_files, after_files, with_draft, with_draft, regions)
+    assert [(c["function"], c["specific"], c["added"] + c["removed"]) for c in source["changed"]] == [
+        ("verify", True, 2), ("draft_only", False, 4), ("prefill", False, 4)]
     # with a region whose ops changed, that region is the focus instead
     source = explain(tmp_path / "again", before_files, after_files, both, both, [changed_region("PREFILL")])
     assert [c["function"] for c in source["changed"]] == ["prefill", "verify"]

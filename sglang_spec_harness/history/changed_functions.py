@@ -4,9 +4,10 @@ functions whose source differs between the two points, each with its unified dif
 
 The regions concerned: those whose ops changed at the change point; where none did (an output
 change, a timing change), the regions of the decode cycle. Every function that ran in any region is
-compared; those that ran in the regions concerned rank first, and among them those that ran only
-where ops appeared or disappeared (a draft method, not the forward pass that every region runs),
-then by how many lines changed.
+compared; those that ran in the regions concerned rank first, and among them first those that ran
+only where ops appeared or disappeared (a draft method, not the forward pass that every region
+runs), or, where no op changed, those that ran in every region of the decode cycle; then by how
+many lines changed.
 
 A function is SGLang's (the code under test) when its file lies in the point's source (the release's
 package, or the repository's tree); the harness's own code (its package, the stand-ins it puts on
@@ -111,6 +112,16 @@ def regions_where_ops_came_or_went(regions: list[dict[str, Any]], concerned: lis
     return {r["region"] for r in regions if r["appeared"] or r["disappeared"]} or set(concerned)
 
 
+def _specific(ran_in: set[str], basis: str, concerned: list[str], strongest: set[str]) -> bool:
+    """The first tier of the functions that ran in a region concerned. Where ops changed: those that
+    ran only where ops appeared or disappeared (the draft's own method, not the forward pass that
+    every region runs). Where none did (an output change): those that ran in every region of the
+    decode cycle (what all of its steps share: the model's forward, attention, sampling)."""
+    if not ran_in & set(concerned):
+        return False
+    return ran_in >= set(concerned) if basis == "decode cycle" else ran_in <= strongest
+
+
 def source_changes(ran: dict[str, list[Ran]], trees: dict[str, SourceTree | str], regions: list[dict[str, Any]],
                    cache: SourceCache, labels: dict[str, str]) -> dict[str, Any]:
     """The `source` part of an explanation (docs/history.md)."""
@@ -139,8 +150,7 @@ def source_changes(ran: dict[str, list[Ran]], trees: dict[str, SourceTree | str]
             out["unchanged"] += all(entry.definition.values())
             continue
         item["focus"] = bool(entry.regions & set(concerned))
-        # ran only where ops came or went: the draft's own function, not the forward pass every region runs
-        item["specific"] = item["focus"] and entry.regions <= strongest
+        item["specific"] = _specific(entry.regions, basis, concerned, strongest)
         same = changed.get(key := (item["path_before"], item["path_after"], item["function"]))
         if same is None:
             changed[key] = item
@@ -150,7 +160,7 @@ def source_changes(ran: dict[str, list[Ran]], trees: dict[str, SourceTree | str]
                 same["time_us"][side] += item["time_us"][side]
             same["regions"] = sorted({*same["regions"], *item["regions"]})
             same["focus"] = same["focus"] or item["focus"]
-            same["specific"] = same["focus"] and set(same["regions"]) <= strongest
+            same["specific"] = _specific(set(same["regions"]), basis, concerned, strongest)
     out["compared"] = out["unchanged"] + len(changed)
     ranked = sorted(changed.values(), key=lambda c: (not c["focus"], not c["specific"], -(c["added"] + c["removed"]),
                                                     -max(c["time_us"].values()), c["file"], c["function"]))
