@@ -194,3 +194,22 @@ def test_explain_refuses_a_folder_that_is_no_sweep_in_one_line(tmp_path):
                                str(folder)], capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "sweep.json" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_trace_that_cannot_be_analysed_again_keeps_its_runs_analysis(planted, tmp_path):
+    import shutil
+
+    copy = tmp_path / "sweep"
+    shutil.copytree(planted["folder"], copy)
+    point = next(p.parent for p in (copy / "points").rglob("run.json"))
+    _strip_functions(point)
+    kept = (point / "analysis.json").read_text()
+    (trace,) = point.glob("trials/*-candidate-profiled/profile/*.trace.json*")
+    trace.write_bytes(trace.read_bytes()[:200])  # cut short: no longer a trace
+    done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "history", "explain", str(copy),
+                           "--out", str(tmp_path / "e.json")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "could not be analysed again" in done.stdout and "its analysis.json is kept" in done.stdout
+    assert (point / "analysis.json").read_text() == kept
+    assert point.name not in json.loads((tmp_path / "e.json").read_text())["analysed_again"]

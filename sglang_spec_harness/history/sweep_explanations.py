@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from sglang_spec_harness.errors import HarnessInputError, one_line
+from sglang_spec_harness.files import write_text_atomic
 from sglang_spec_harness.history.analyze import history_facts
 from sglang_spec_harness.history.ingest import find_run_dirs, ingest
 from sglang_spec_harness.rundir import load_run_dir
@@ -59,6 +60,20 @@ def lacks_functions(run_dir: Path) -> bool:
     return not any(f.region_functions for trial in run.analysis.values() for f in trial.files)
 
 
+def _analyse_again(run_dir: Path, progress: Callable[[str], None]) -> bool:
+    """`harness analyze --run-dir`, kept only where every trial analysed again: a trace this harness
+    cannot analyse must not cost the run the analysis it had (analysis.json is put back)."""
+    path = run_dir / "analysis.json"
+    stored = path.read_text(encoding="utf-8")
+    record = reanalyze_run(run_dir)
+    if record.errors:
+        write_text_atomic(path, stored)
+        trial, error = next(iter(record.errors.items()))
+        progress(f"{run_dir.name}: {trial} could not be analysed again ({one_line(error)}): its analysis.json is kept")
+        return False
+    return True
+
+
 @dataclass
 class SweepExplanations:
     document: dict[str, Any]  # the change points and their explanations (the JSON written)
@@ -78,8 +93,8 @@ def sweep_explanations(engine: Engine, folder: Path, *, reanalyze: bool = True,
     for run_dir in run_dirs:
         if reanalyze and lacks_functions(run_dir):
             progress(f"analysing {run_dir.name} again: its analysis.json stores no functions per region")
-            reanalyze_run(run_dir)
-            analysed.append(run_dir.name)
+            if _analyse_again(run_dir, progress):
+                analysed.append(run_dir.name)
     ingest(engine, run_dirs, on_run=lambda o: progress(f"ingested {o.record.name} ({o.record.status})"))
     facts = history_facts(engine, scenarios=[scenario])
     # the sweep as its runs recorded it (the folder may have been copied or renamed since)
