@@ -224,3 +224,24 @@ def test_a_function_that_ran_only_where_ops_came_or_went_ranks_above_the_forward
     assert source["regions"] == ["DRAFT_DECODE", "TARGET_VERIFY"]
     assert [(c["function"], c["focus"], c["specific"], c["added"] + c["removed"]) for c in source["changed"]] == [
         ("draft", True, True, 2), ("forward", True, False, 5)]
+
+
+def test_the_sentence_speaks_of_source_only_between_two_sweep_points(tmp_path):
+    from sglang_spec_harness.history.explain import sentence
+
+    functions = [ran("DRAFT_DECODE", "pkg/mod.py", "grow", 8)]
+    after = [ran("DRAFT_DECODE", "pkg/mod.py", "grow", 9)]
+    source = explain(tmp_path, {"pkg/mod.py": BEFORE}, {"pkg/mod.py": AFTER}, functions, after,
+                     [changed_region("DRAFT_DECODE")])
+
+    def side(label, sweep):
+        return {"run": label, "label": label, "path": f"/runs/{label}", "axis": "sglang_release" if sweep else None,
+                "sweep": sweep}
+
+    explanation = {"variant": "candidate", "op_counts": {"before": True, "after": True}, "regions": [],
+                   "outputs": {"before": None, "after": None, "identical": None}, "environment_differs": [],
+                   "source": source}
+    swept = sentence({**explanation, "before": side("A", "s"), "after": side("B", "s")})
+    assert "SGLang functions that ran in DRAFT_DECODE and changed (1 of 1 compared): pkg/mod.py:grow (+1 -0 lines)." in swept
+    alone = sentence({**explanation, "before": side("A", None), "after": side("B", None)})
+    assert "SGLang functions" not in alone and "Source not compared" not in alone

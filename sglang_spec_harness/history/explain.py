@@ -299,7 +299,8 @@ def sentence(explanation: dict[str, Any]) -> str:
             parts.append(f"Time: {listed}.")
         else:
             parts.append(f"No op count changed in {'' if changed else 'any region: '}{listed}.")
-    parts += _source_sentence(explanation.get("source"), before["label"], after["label"])
+    if before.get("sweep") and after.get("sweep"):  # elsewhere which source ran is not recorded (the JSON says so)
+        parts += _source_sentence(explanation.get("source"), before["label"], after["label"])
     outputs = explanation["outputs"]
     if outputs["identical"] is False:
         parts.append(f"Greedy outputs differ (sha256 {outputs['before'][:12]} -> {outputs['after'][:12]}).")
