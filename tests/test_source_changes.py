@@ -245,3 +245,21 @@ def test_the_sentence_speaks_of_source_only_between_two_sweep_points(tmp_path):
     assert "SGLang functions that ran in DRAFT_DECODE and changed (1 of 1 compared): pkg/mod.py:grow (+1 -0 lines)." in swept
     alone = sentence({**explanation, "before": side("A", None), "after": side("B", None)})
     assert "SGLang functions" not in alone and "Source not compared" not in alone
+
+
+def test_the_sentence_names_the_first_few_of_the_harness_own_functions(tmp_path):
+    from sglang_spec_harness.history.explain import sentence
+
+    files = {"pkg/mod.py": "def f():\n    return 1\n"}
+    port = "sglang_spec_harness/sglang_cpu/port.py"
+    ran_before = [ran("TARGET_VERIFY", "pkg/mod.py", "f", 1), ran("TARGET_VERIFY", port, "<listcomp>", 9, calls=50),
+                  *(ran("TARGET_VERIFY", port, f"piece{i}", 10 + i, calls=10 - i) for i in range(5))]
+    source = explain(tmp_path, files, files, ran_before, [ran("TARGET_VERIFY", "pkg/mod.py", "f", 1)],
+                     [changed_region("TARGET_VERIFY")])
+    assert [h["function"] for h in source["harness"]] == [f"piece{i}" for i in range(5)]  # no <listcomp>
+    side = {"run": "r", "label": "A", "path": "/r", "axis": "sglang_release", "sweep": "s"}
+    text = sentence({"variant": "candidate", "op_counts": {"before": True, "after": True}, "regions": [],
+                     "outputs": {"before": None, "after": None, "identical": None}, "environment_differs": [],
+                     "source": source, "before": side, "after": {**side, "label": "B"}})
+    assert text.endswith(f"The harness's own code in those regions: {port}:piece0, {port}:piece1, {port}:piece2 "
+                         "and 2 more ran before only.")

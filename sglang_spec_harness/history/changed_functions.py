@@ -266,8 +266,10 @@ def _compare(entry: _Entry, trees: dict[str, SourceTree | str], cache: SourceCac
 def _harness_list(harness: dict[tuple[str, str, int], dict[str, Any]], concerned: set[str]) -> tuple[list[dict[str, Any]], int]:
     """The harness's functions that ran in the regions concerned on one side only (a port piece or
     stand-in that came or went), most calls first."""
+    # a comprehension or lambda (`<listcomp>`) is part of a function listed already
     listed = [{**h, "regions": sorted(h["regions"]), "ran": "before only" if h["calls"]["before"] else "after only"}
-              for h in harness.values() if h["regions"] & concerned and min(h["calls"].values()) == 0]
+              for h in harness.values()
+              if h["regions"] & concerned and min(h["calls"].values()) == 0 and not h["function"].startswith("<")]
     listed.sort(key=lambda h: (h["ran"], -max(h["calls"].values()), h["file"], h["function"]))
     return listed[:MAX_HARNESS], max(0, len(listed) - MAX_HARNESS)
 

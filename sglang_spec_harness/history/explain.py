@@ -310,12 +310,21 @@ def sentence(explanation: dict[str, Any]) -> str:
         listed = "; ".join(f"{d['what']} {_or_none(d['before'])} -> {_or_none(d['after'])}"
                            for d in explanation["environment_differs"])
         parts.append(f"Not only SGLang changed: {listed}.")
-    harness = (explanation.get("source") or {}).get("harness") or []
-    if harness:
-        listed = "; ".join(f"{', '.join(_function_name(h) for h in harness if h['ran'] == ran)} ran {ran}"
-                           for ran in ("before only", "after only") if any(h["ran"] == ran for h in harness))
-        parts.append(f"The harness's own code in those regions: {listed}.")
+    parts += _harness_sentence((explanation.get("source") or {}).get("harness") or [],
+                               (explanation.get("source") or {}).get("harness_left_out") or 0)
     return " ".join(parts)
+
+
+def _harness_sentence(harness: list[dict[str, Any]], left_out: int) -> list[str]:
+    """The harness's own functions that ran at one point only, the first few by name per side."""
+    listed = []
+    for ran in ("before only", "after only"):
+        names = [_function_name(h) for h in harness if h["ran"] == ran]
+        if names:
+            more = f" and {len(names) - SENTENCE_FUNCTIONS} more" if len(names) > SENTENCE_FUNCTIONS else ""
+            listed.append(f"{', '.join(names[:SENTENCE_FUNCTIONS])}{more} ran {ran}")
+    rest = f" ({left_out} more not listed)" if left_out else ""
+    return [f"The harness's own code in those regions: {'; '.join(listed)}{rest}."] if listed else []
 
 
 def _function_name(f: dict[str, Any]) -> str:
