@@ -376,7 +376,7 @@ def _migrates_in_place(url: str, run: Path, out: Path) -> None:
     engine.dispose()
 
     engine = db.open_database(url)
-    assert db.schema_version(engine) == 2
+    assert db.schema_version(engine) == db.SCHEMA_VERSION
     columns = {t: {c["name"] for c in sa.inspect(engine).get_columns(t)} for t in ("runs", "variants")}
     assert {"sweep", "sweep_axis", "sweep_point", "sweep_label", "sweep_position"} <= columns["runs"]
     assert {"output_hash", "outputs"} <= columns["variants"]
@@ -408,6 +408,23 @@ def test_a_version_1_sqlite_database_is_migrated_in_place(sweep, tmp_path):
 @pytest.mark.slow
 def test_a_version_1_postgresql_database_is_migrated_in_place(postgres, sweep, tmp_path):
     _migrates_in_place(postgres.create_database("history_v1"), sweep[0], tmp_path / "page")
+
+
+def test_a_version_2_database_gets_the_functions_table_and_its_runs_are_read_again(tmp_path):
+    url = f"sqlite:///{tmp_path / 'v2.sqlite'}"
+    engine = db.open_database(url)
+    with engine.begin() as conn:  # a version-2 database: no region_functions, one run ingested
+        conn.execute(sa.text("DROP TABLE region_functions"))
+        conn.execute(db.meta.update().where(db.meta.c.key == "schema_version").values(value="2"))
+        conn.execute(db.runs.insert().values(run_key="k", fingerprint="f", name="r", path="/r", status="complete",
+                                             hardware="cpu", ingested_at="2026-01-01T00:00:00+00:00"))
+    engine.dispose()
+    engine = db.open_database(url)
+    assert db.schema_version(engine) == db.SCHEMA_VERSION == 3
+    assert "region_functions" in sa.inspect(engine).get_table_names()
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(db.runs.c.fingerprint)).scalar_one() == "migrated-from-2"
+    engine.dispose()
 
 
 # ---- a run's sweep point and op tables are hostile data ----------------------------------------------

@@ -1,9 +1,10 @@
-"""`harness history ingest|report|export`: the results database across runs, change points, the trend page.
+"""`harness history ingest|report|explain|export`: the results database across runs, change points, the trend page.
 
 `ingest RUN_DIR_OR_ROOT...` loads run directories (or folders of them) into the database; `report`
 finds the change points of every series and writes the trend page (or prints the facts with --json),
 exiting 1 when the newest change point of a series is a regression beyond --max-regression, 3 when
-the database holds no complete run; `export` writes the database as one tidy table (CSV or Parquet)
+the database holds no complete run; `explain SWEEP_DIR` explains a stored sweep's change points again
+(down to the source that ran and changed) and writes them as JSON; `export` writes the database as one tidy table (CSV or Parquet)
 for dashboards.
 """
 
@@ -67,6 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report.add_argument("--scenario", action="append", metavar="NAME", dest="scenarios",
                         help="only this scenario's runs (repeatable; default every scenario)")
 
+    explain = sub.add_parser("explain", help="a stored sweep's change points explained again, down to the source",
+                             description="Explain a sweep folder's change points again, after the fact: its runs "
+                                         "(analysed again where they profiled with stacks but stored no functions per "
+                                         "region) into a database, then each change point with the functions that ran "
+                                         "there and whose source changed, and their hunks (the release folders or the "
+                                         "repository its runs record must be here). Starts no server.")
+    explain.add_argument("sweep", metavar="SWEEP_DIR", help="a folder that harness sweep wrote (sweep.json, its runs)")
+    explain.add_argument("--db", metavar="PATH_OR_URL",
+                         help="the database to ingest into (default: a fresh SQLite file, removed at the end)")
+    explain.add_argument("--out", metavar="FILE", help="where the explanations go as JSON (default SWEEP_DIR/explanations.json)")
+    explain.add_argument("--page", metavar="DIR", help="also write the sweep's trend page there")
+    explain.add_argument("--no-reanalyze", action="store_true",
+                         help="never analyse a run again (runs without stored functions then explain without source)")
+
     export = sub.add_parser("export", help="the database as one tidy table (CSV or Parquet) for dashboards",
                             description="Write one row per run, per run x variant x metric (the samples' count, "
                                         "median, mean, min, max) and per run x rule (verdict, reason, ratio and "
@@ -87,7 +102,38 @@ def run(args: argparse.Namespace) -> int:
         require_extras("history", *(("parquet",) if args.format == "parquet" else ()))
         return _export(args)
     require_extras("history", "report")  # the trend page
+    if args.history_command == "explain":
+        return _explain(args)
     return _report(args)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from sglang_spec_harness.errors import one_line
+    from sglang_spec_harness.files import write_text_atomic
+    from sglang_spec_harness.history.db import open_database
+    from sglang_spec_harness.history.page import write_trend_page
+    from sglang_spec_harness.history.sweep_explanations import sweep_explanations
+
+    folder = Path(args.sweep)
+    with tempfile.TemporaryDirectory(prefix="harness-explain-") as scratch:
+        engine = open_database(args.db or str(Path(scratch) / "history.sqlite"))
+        try:
+            found = sweep_explanations(engine, folder, reanalyze=not args.no_reanalyze,
+                                       progress=lambda line: print(line, flush=True))
+        finally:
+            engine.dispose()
+    out = Path(args.out) if args.out else folder / "explanations.json"
+    write_text_atomic(out, json.dumps(found.document, indent=2, ensure_ascii=False) + "\n")
+    for e in found.document["explanations"]:
+        print(f"  {one_line(e['before']['label'])} -> {one_line(e['after']['label'])}: {one_line(e['sentence'])}")
+    page = write_trend_page(found.facts, args.page) if args.page else None
+    print(f"{len(found.document['change_points'])} change points, {len(found.document['explanations'])} explanations: "
+          f"{out}" + (f"; page: {page}" if page else ""))
+    return 0
 
 
 def _ingest(args: argparse.Namespace) -> int:

@@ -14,10 +14,13 @@ Tables (schema version in `harness_meta`):
   op_counts     per run, variant, region, unit and op name: its count per replay over the variant's
                 profiled trials and ranks (min, median, max), replays, time
   region_times  per run, variant and region: instances and time (the profiled trials' region_times)
+  region_functions  per run, variant, region and Python function (file, name, first line): calls and
+                time over the variant's profiled trials (with_stack traces only)
 Children are written in the same transaction as their run row, so a run row means a whole run.
 
-Version 2 added the sweep columns, the output hash, op_counts and region_times; a version-1
-database is migrated in place when opened (`_migrate`), and its runs are re-read by the next ingest.
+Version 2 added the sweep columns, the output hash, op_counts and region_times; version 3
+region_functions. An older database is migrated in place when opened (`_migrate`), and its runs are
+re-read by the next ingest.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, Prog
 
 from sglang_spec_harness.errors import HarnessInputError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_DB = Path("reports") / "history.sqlite"
 DB_ENV = "HARNESS_HISTORY_DB"
 
@@ -160,10 +163,24 @@ region_times = sa.Table(
     sa.Column("basis", sa.String(32)),
 )
 
-CHILD_TABLES = (variants, samples, rules, kernel_counts, op_counts, region_times)
-# What version 2 added to tables that version 1 had (new tables are created by create_all).
-ADDED_IN_2 = {"runs": ("sweep", "sweep_axis", "sweep_point", "sweep_label", "sweep_position"),
-              "variants": ("output_hash", "outputs")}
+region_functions = sa.Table(
+    "region_functions", metadata,
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("variant", sa.String(64), primary_key=True),
+    sa.Column("region", sa.String(128), primary_key=True),
+    sa.Column("function_key", sa.String(32), primary_key=True),  # sha256 of file, name and line: paths outgrow an index
+    sa.Column("file", sa.Text, nullable=False),
+    sa.Column("function", sa.Text, nullable=False),
+    sa.Column("line", sa.Integer, nullable=False),
+    sa.Column("calls", sa.Integer, nullable=False),
+    sa.Column("time_us", sa.Float, nullable=False),
+    sa.Column("complete", sa.Boolean, nullable=False),  # the region's table lists every function that ran
+)
+
+CHILD_TABLES = (variants, samples, rules, kernel_counts, op_counts, region_times, region_functions)
+# What each version added to tables that an older one had (new tables are created by create_all).
+ADDED_COLUMNS = {2: {"runs": ("sweep", "sweep_axis", "sweep_point", "sweep_label", "sweep_position"),
+                     "variants": ("output_hash", "outputs")}}
 
 
 def database_url(db: str | os.PathLike | None) -> str:
@@ -235,7 +252,8 @@ def _create_schema(engine: Engine, url: str) -> None:
 
 
 def _migrate(engine: Engine, url: str, found: int) -> None:
-    """Version 1 -> 2 in place: the new columns (the new tables exist already: create_all). Each step
+    """An older version -> this one in place: the new columns (the new tables exist already:
+    create_all). Each step
     is idempotent (a column is added only when missing), so a migration cut short, or two processes
     migrating at once, end in the same schema. Runs ingested before keep their rows, but their
     fingerprints are cleared: the next ingest re-reads them, which fills the new columns and tables."""
@@ -247,14 +265,15 @@ def _migrate(engine: Engine, url: str, found: int) -> None:
                     return
                 inspector = sa.inspect(conn)
                 quote = conn.dialect.identifier_preparer.quote
-                for table_name, names in ADDED_IN_2.items():
+                added = [item for step, tables in ADDED_COLUMNS.items() if step > version for item in tables.items()]
+                for table_name, names in added:
                     have = {c["name"] for c in inspector.get_columns(table_name)}
                     table = metadata.tables[table_name]
                     for name in names:
                         if name not in have:
                             kind = table.c[name].type.compile(dialect=conn.dialect)
                             conn.execute(sa.text(f"ALTER TABLE {quote(table_name)} ADD COLUMN {quote(name)} {kind}"))
-                conn.execute(runs.update().values(fingerprint="migrated-from-1"))
+                conn.execute(runs.update().values(fingerprint=f"migrated-from-{version}"))
                 conn.execute(meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
             return
         except (ProgrammingError, OperationalError) as exc:

@@ -7,8 +7,11 @@ minimum or maximum: some replays ran at another batch size, which timing decides
 region's time per replay moved; whether the greedy outputs
 differ; and what changed between the two runs that was not SGLang's (the harness's commit, a sweep
 environment's adaptations, the torch or transformers that ran), since then not every difference is
-SGLang's. `sentence` says it in one paragraph a maintainer can paste into an issue. Nothing here knows
-an SGLang version, a region or an op name: they all come from the stored runs.
+SGLang's. Where the runs stored the Python functions that ran per region (with_stack) and their
+source is here (a sweep's points), which of those functions changed between the two points, with
+their hunks (`changed_functions.py`). `sentence` says it in one paragraph a maintainer can paste into
+an issue. Nothing here knows an SGLang version, a region or an op name: they all come from the stored
+runs.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sglang_spec_harness.history import db
+from sglang_spec_harness.history.changed_functions import Ran, SourceCache, ran_rows, source_changes
 from sglang_spec_harness.pages.numbers import per_replay, signed_pct, us
 from sglang_spec_harness.rundir import as_object
 from sglang_spec_harness.vocabulary import NO_REGION
@@ -28,6 +32,7 @@ from sglang_spec_harness.vocabulary import NO_REGION
 UNIT_ORDER = ("graph_launch", "span", "trace")
 UNIT_WORDS = {"graph_launch": "per replay", "span": "per span", "trace": "in the trace"}
 SENTENCE_OPS = 10  # names listed per kind in the sentence; the JSON lists all
+SENTENCE_FUNCTIONS = 3  # changed functions the sentence names; the JSON lists them with their hunks
 AXIS_WORDS = {"sglang_release": "SGLang", "git_revision": "SGLang"}
 # Facts of a sweep's environment that are the harness's choice, not SGLang's (docs/history.md).
 HARNESS_SIDE_KEYS = ("adaptations", "not_sglang", "provider", "python", "dependency_set")
@@ -62,6 +67,7 @@ class Explainer:
     def __init__(self, engine: sa.Engine, runs: dict[int, dict[str, Any]]):
         self.engine, self.runs = engine, runs
         self.made: dict[tuple[int, int, str], dict[str, Any]] = {}
+        self.sources = SourceCache()
 
     def explanation(self, before: int, after: int, variant: str) -> dict[str, Any]:
         key = (before, after, variant)
@@ -79,6 +85,7 @@ class Explainer:
             facts = {run: _variant_facts(conn, run, variant) for run in (before, after)}
             run_json = {run: conn.execute(sa.select(db.runs.c.run_json).where(db.runs.c.id == run)).scalar()
                         for run in (before, after)}
+            functions = {run: _functions(conn, run, variant) for run in (before, after)}
         # A run without op counts (analysed before op tables): no diff of ops, or every op would "appear".
         counted = bool(ops[before]) and bool(ops[after])
         regions = region_diffs(ops[before] if counted else {}, ops[after] if counted else {}, times[before], times[after])
@@ -92,6 +99,11 @@ class Explainer:
             "op_counts": {"before": bool(ops[before]), "after": bool(ops[after])},
             "regions": regions, "outputs": outputs, "environment_differs": differs,
         }
+        trees = {side: self.sources.tree(str(run), as_object(run_json[run]), label)
+                 for side, run, label in (("before", before, sides[0]["label"]), ("after", after, sides[1]["label"]))}
+        explanation["source"] = source_changes(
+            {"before": functions[before], "after": functions[after]}, trees, regions, self.sources,
+            {"before": sides[0]["label"], "after": sides[1]["label"]})
         explanation["sentence"] = sentence(explanation)
         return explanation
 
@@ -106,6 +118,12 @@ def _op_tables(conn: sa.Connection, run_id: int, variant: str) -> dict[tuple[str
         if region != NO_REGION:  # everything the server does outside the regions: not explained
             out.setdefault((region, unit), {})[op] = OpStat(replays, low, median, high, time_us)
     return out
+
+
+def _functions(conn: sa.Connection, run_id: int, variant: str) -> list[Ran]:
+    c = db.region_functions.c
+    return ran_rows(conn.execute(sa.select(c.region, c.file, c.function, c.line, c.calls, c.time_us, c.complete)
+                                 .where(c.run_id == run_id, c.variant == variant)))
 
 
 def _region_times(conn: sa.Connection, run_id: int, variant: str) -> dict[str, float]:
@@ -281,6 +299,8 @@ def sentence(explanation: dict[str, Any]) -> str:
             parts.append(f"Time: {listed}.")
         else:
             parts.append(f"No op count changed in {'' if changed else 'any region: '}{listed}.")
+    if before.get("sweep") and after.get("sweep"):  # elsewhere which source ran is not recorded (the JSON says so)
+        parts += _source_sentence(explanation.get("source"), before["label"], after["label"])
     outputs = explanation["outputs"]
     if outputs["identical"] is False:
         parts.append(f"Greedy outputs differ (sha256 {outputs['before'][:12]} -> {outputs['after'][:12]}).")
@@ -290,7 +310,52 @@ def sentence(explanation: dict[str, Any]) -> str:
         listed = "; ".join(f"{d['what']} {_or_none(d['before'])} -> {_or_none(d['after'])}"
                            for d in explanation["environment_differs"])
         parts.append(f"Not only SGLang changed: {listed}.")
+    parts += _harness_sentence((explanation.get("source") or {}).get("harness") or [],
+                               (explanation.get("source") or {}).get("harness_left_out") or 0)
     return " ".join(parts)
+
+
+def _harness_sentence(harness: list[dict[str, Any]], left_out: int) -> list[str]:
+    """The harness's own functions that ran at one point only, the first few by name per side."""
+    listed = []
+    for ran in ("before only", "after only"):
+        names = [_function_name(h) for h in harness if h["ran"] == ran]
+        if names:
+            more = f" and {len(names) - SENTENCE_FUNCTIONS} more" if len(names) > SENTENCE_FUNCTIONS else ""
+            listed.append(f"{', '.join(names[:SENTENCE_FUNCTIONS])}{more} ran {ran}")
+    rest = f" ({left_out} more not listed)" if left_out else ""
+    return [f"The harness's own code in those regions: {'; '.join(listed)}{rest}."] if listed else []
+
+
+def _function_name(f: dict[str, Any]) -> str:
+    return f"{f['file']}:{f['function']}"
+
+
+def _source_sentence(source: dict[str, Any] | None, before: str, after: str) -> list[str]:
+    """The functions that ran there and changed, the top few by name; or why they are not known."""
+    if not source or not any(source["stacks"].values()):
+        return []  # no Python stacks on either side (profiled without with_stack): nothing to say
+    if not all(source["stacks"].values()):
+        missing = before if not source["stacks"]["before"] else after
+        return [f"No Python stacks stored for {missing}, so which functions ran there is unknown."]
+    where = ", ".join(source["regions"]) or "no region"
+    if source["notes"] and not source["compared"]:
+        return [f"Source not compared: {source['notes'][0]}."]
+    changed = source["changed"]
+    focus = [c for c in changed if c["focus"]]
+    if not focus:
+        return [f"None of the {source['compared']} SGLang functions that ran in {where} changed"
+                + (f" ({len(changed)} that ran elsewhere did)." if changed else ".")]
+    total = len(focus) + (source["changed_left_out"] if len(focus) == len(changed) else 0)
+    named = ", ".join(f"{_function_name(c)} ({_status_text(c)})" for c in focus[:SENTENCE_FUNCTIONS])
+    more = f" and {total - SENTENCE_FUNCTIONS} more" if total > SENTENCE_FUNCTIONS else ""
+    basis = "" if source["basis"] == "changed regions" else " (no region's ops changed: the decode cycle's regions)"
+    return [f"SGLang functions that ran in {where}{basis} and changed ({total} of {source['compared']} compared): {named}{more}."]
+
+
+def _status_text(c: dict[str, Any]) -> str:
+    lines = f"+{c['added']} -{c['removed']} lines"
+    return lines if c["status"] == "changed" else f"{c['status']}, {lines}"
 
 
 def _varied(region: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ from sglang_spec_harness.rundir import (
     valid_number,
 )
 from sglang_spec_harness.traces.analysis import combine_op_tables
+from sglang_spec_harness.traces.functions import combine_region_functions
 from sglang_spec_harness.traces.schema import FileAnalysis, OpTable
 
 RUN_FILES = ("run.json", "results.json", "environment.json", "analysis.json", "scenario.yaml")
@@ -84,6 +85,7 @@ class RunRow:
     kernel_counts: list[dict[str, Any]] = field(default_factory=list)
     op_counts: list[dict[str, Any]] = field(default_factory=list)
     region_times: list[dict[str, Any]] = field(default_factory=list)
+    region_functions: list[dict[str, Any]] = field(default_factory=list)
 
 
 def to_utc(stamp: Any) -> str | None:
@@ -174,6 +176,7 @@ def read_run(run_dir: str | Path) -> RunRow:
         _check(rd, "analysis.json")
         _kernel_counts(row, rd, trials)
         _ops_and_times(row, rd, trials)
+        _region_functions(row, rd, trials)
         _output_hashes(row, rd)
         row.status = "complete"
         report = run_dir / "index.html"
@@ -182,6 +185,7 @@ def read_run(run_dir: str | Path) -> RunRow:
         row.status = "damaged"
         row.reason = str(exc)
         row.samples, row.rules, row.kernel_counts, row.op_counts, row.region_times = [], [], [], [], []
+        row.region_functions = []
         for variant in row.variants:
             variant.update(output_hash=None, outputs=None)
     finally:
@@ -367,6 +371,25 @@ def _ops_and_times(row: RunRow, rd: RunDir, trials: dict[str, StoredTrial]) -> N
                     "op": op.name, "replays": table.replays, "total": op.total, "per_replay_min": op.per_replay_min,
                     "per_replay_median": op.per_replay_median, "per_replay_max": op.per_replay_max,
                     "time_us": op.time_us,
+                })
+
+
+def function_key(file: str, function: str, line: int) -> str:
+    """The key of a function in the database: a file's path can be longer than an index allows."""
+    return hashlib.sha256(f"{file}\0{function}\0{line}".encode()).hexdigest()[:32]
+
+
+def _region_functions(row: RunRow, rd: RunDir, trials: dict[str, StoredTrial]) -> None:
+    """Per variant and region, the Python functions that ran there in its profiled trials (every
+    trial and rank summed); none for traces without with_stack."""
+    for variant, files in _variant_files(rd, trials).items():
+        for table in combine_region_functions([t for _, facts in files for t in facts.region_functions]):
+            for call in table.rows():
+                row.region_functions.append({
+                    "variant": variant, "region": table.region,
+                    "function_key": function_key(call.file, call.function, call.line), "file": call.file,
+                    "function": call.function, "line": call.line, "calls": call.calls, "time_us": call.time_us,
+                    "complete": table.complete,
                 })
 
 

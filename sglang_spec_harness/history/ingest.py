@@ -104,7 +104,7 @@ def _insert(conn: sa.Connection, record: RunRow) -> None:
     run_id = key[0]
     for table, rows in ((db.variants, record.variants), (db.samples, record.samples), (db.rules, record.rules),
                         (db.kernel_counts, record.kernel_counts), (db.op_counts, record.op_counts),
-                        (db.region_times, record.region_times)):
+                        (db.region_times, record.region_times), (db.region_functions, record.region_functions)):
         if rows:
             conn.execute(table.insert(), [{**r, "run_id": run_id} for r in _unique(table, rows)])
 

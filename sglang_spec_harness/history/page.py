@@ -118,7 +118,33 @@ def _explanation(e: dict[str, Any], links: _Links, names: dict[str, str]) -> dic
         })
     return {"id": e["id"], "variant": e["variant"], "before": sides["before"], "after": sides["after"],
             "series": [names.get(s, s) for s in e["series"]], "regions": regions, "sentence": e["sentence"],
-            "environment": [(d["what"], d["before"] or "(none)", d["after"] or "(none)") for d in e["environment_differs"]]}
+            "environment": [(d["what"], d["before"] or "(none)", d["after"] or "(none)") for d in e["environment_differs"]],
+            "source": _source(e.get("source"))}
+
+
+# A hunk line's first character -> its class on the page.
+HUNK_LINE_CLASS = {"+": "add", "-": "del", "@": "at"}
+
+
+def _source(source: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The functions that ran and changed, as the page shows them: each with its hunk, line by line
+    (escaped by the template: source is hostile data); None where no Python stacks were stored."""
+    if not source or not any(source["stacks"].values()):
+        return None
+    functions = [{
+        "rank": c["rank"], "name": f"{c['file']}:{c['function']}", "status": c["status"], "focus": c["focus"],
+        "lines": f"+{c['added']} −{c['removed']}", "regions": ", ".join(c["regions"]),
+        "calls": f"{fmt(c['calls']['before'])} → {fmt(c['calls']['after'])}",
+        "at": f"{c['path_before'] or MISSING}:{c['line_before'] or MISSING} → {c['path_after'] or MISSING}:{c['line_after'] or MISSING}",
+        "hunk": [(HUNK_LINE_CLASS.get(line[:1], "") if not line.startswith(("---", "+++")) else "file", line)
+                 for line in (c["hunk"] or "").splitlines()],
+        "left_out": c["hunk_lines_left_out"],
+    } for c in source["changed"]]
+    harness = [(f"{h['file']}:{h['function']}", h["ran"], ", ".join(h["regions"])) for h in source["harness"]]
+    return {"regions": ", ".join(source["regions"]) or MISSING, "basis": source["basis"],
+            "compared": source["compared"], "unchanged": source["unchanged"], "functions": functions,
+            "left_out": source["changed_left_out"], "harness": harness, "harness_left_out": source["harness_left_out"],
+            "notes": source["notes"], "trees": source["trees"], "complete": source["complete"]}
 
 
 AXIS_WORDS = {"sglang_release": "SGLang release", "git_revision": "SGLang revision"}

@@ -191,7 +191,9 @@ class _Sweep:
             return at_release(self.scenario, self.variant, environment)
         assert self.worktrees is not None and self.repo is not None
         worktree = self.worktrees.add(point.point, f"{point.position:02d}-{point.point[:12]}")
-        point.environment = {"provider": "git worktree", "commit": point.point, "worktree": str(worktree)}
+        # the repository too: the explanation of a change point reads each commit's source from it
+        point.environment = {"provider": "git worktree", "commit": point.point, "worktree": str(worktree),
+                             "repository": str(self.repo.root)}
         return at_commit(self.scenario, self.variant, self.repo.root, worktree, f"commit {point.label}")
 
     def run_point(self, point: PointResult) -> None:

@@ -13,6 +13,7 @@ from typing import Literal, TypeVar, get_args
 import pandas as pd
 from sglang_spec_harness.traces import counting
 from sglang_spec_harness.traces.attribution import Attribution, attribute
+from sglang_spec_harness.traces.functions import combine_region_functions, region_functions
 from sglang_spec_harness.traces.model import TraceTables
 from sglang_spec_harness.traces.names import RANK_IN_FILE_NAME
 from sglang_spec_harness.traces.patterns import NamedPattern, count_patterns
@@ -212,6 +213,7 @@ def analyze_file(
         top_ops=counting.top_ops(items),
         region_times=counting.region_times(attribution, items, table),
         op_tables=counting.op_tables(trace, attribution, items, table),
+        region_functions=region_functions(trace, attribution, table),
     )
     return file, FileTables(trace=trace, attribution=attribution, items=items)
 
@@ -241,6 +243,7 @@ def combine(files: Sequence[FileAnalysis], region_order: Sequence[str] = ()) -> 
         counts=rows,
         pattern_totals=_combine_totals([t for f in files for t in f.pattern_totals]),
         op_tables=combine_op_tables([t for f in files for t in f.op_tables], region_order),
+        region_functions=combine_region_functions([t for f in files for t in f.region_functions], region_order),
     )
 
 

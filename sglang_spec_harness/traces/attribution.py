@@ -158,6 +158,18 @@ def innermost_open_span(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray
     return np.where(position >= 0, rows[np.maximum(position, 0)], NO_ID)
 
 
+def enclosing_rows(spans: pd.DataFrame) -> np.ndarray:
+    """For each row of `spans` (pid, tid, ts, dur), the row of the span enclosing it on its thread
+    (-1: none): the way up a stack of Python frames."""
+    pids, tids = spans["pid"].to_numpy(), spans["tid"].to_numpy()
+    starts, durations = spans["ts"].to_numpy(), spans["dur"].to_numpy()
+    order = np.lexsort((-durations, starts, tids, pids))  # by thread, start, longest first
+    parent = _parents(pids[order], tids[order], starts[order], starts[order] + durations[order])
+    rows = np.full(len(spans), NO_ID, dtype=np.int64)
+    rows[order] = np.where(parent >= 0, order[np.maximum(parent, 0)], NO_ID)
+    return rows
+
+
 def _parents(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Enclosing span of each span on the same thread (input sorted by thread, start, -dur)."""
     parent = np.full(len(starts), NO_ID, dtype=np.int64)

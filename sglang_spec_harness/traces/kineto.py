@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.traces.model import (
+    FRAME_COLUMNS,
     GPU_OP_COLUMNS,
     NO_ID,
     RUNTIME_COLUMNS,
@@ -35,6 +36,7 @@ from sglang_spec_harness.traces.names import (
     GPU_OP_KIND_OF_CATEGORY,
     ROCM_METADATA_KEYS,
     RUNTIME_CATEGORIES,
+    SOURCE_FRAME,
 )
 
 SLICE_BYTES = 8 << 20
@@ -103,8 +105,9 @@ class _Batch(list):
 
 
 def read_kineto(path: str, data: bytes | bytearray, keep_frame: Callable[[str], bool] | None = None) -> TraceTables:
-    """`keep_frame`: which `python_function` frames to keep (by name); with_stack traces hold
-    millions of frames, and only those a region rule can match matter. None keeps all."""
+    """`keep_frame`: which `python_function` frames to keep as annotations (by name); with_stack
+    traces hold millions of frames, and only those a region rule can match label anything. None
+    keeps all. Every frame of Python source also goes to `python_frames` (five columns each)."""
     document, events = _split_document(path, data)
     keep = _memoized(keep_frame) if keep_frame else None
     builders = {
@@ -112,6 +115,7 @@ def read_kineto(path: str, data: bytes | bytearray, keep_frame: Callable[[str], 
         "runtime": _TableBuilder(RUNTIME_COLUMNS),
         "annotation": _TableBuilder(SPAN_COLUMNS),
         "cpu_op": _TableBuilder(SPAN_COLUMNS),
+        "frame": _TableBuilder(FRAME_COLUMNS),
     }
     count = 0
     for batch in _decode_slices(path, events):
@@ -132,6 +136,7 @@ def read_kineto(path: str, data: bytes | bytearray, keep_frame: Callable[[str], 
         annotations=tables["annotation"],
         cpu_ops=tables["cpu_op"],
         distributed_rank=_rank(document),
+        python_frames=tables["frame"],
     )
 
 
@@ -243,6 +248,9 @@ def _add_batch(batch: list[_Event], builders: dict[str, _TableBuilder], keep_fra
             dur=_float_column(runtime, "dur"),
             correlation=_int_column(_args_of(runtime), "correlation", runtime),
         )
+    if frames := _kept_frames(routed["frame"], _is_source_frame):
+        builders["frame"].add(name=_name_column(frames), pid=_id_column(frames, "pid"), tid=_id_column(frames, "tid"),
+                              ts=_float_column(frames, "ts"), dur=_float_column(frames, "dur"))
     for key, events in (("annotation", annotations), ("cpu_op", routed["cpu_op"])):
         if events:
             builders[key].add(
@@ -416,6 +424,10 @@ def _kept_frames(frames: list[_Event], keep_frame: Callable[[str], bool] | None)
     local, distinct = pd.factorize(_name_column(frames))
     keep = np.array([keep_frame(name) for name in distinct] + [False])
     return [frames[i] for i in np.flatnonzero(keep[local])]
+
+
+def _is_source_frame(name: str) -> bool:
+    return SOURCE_FRAME.match(name) is not None
 
 
 def _memoized(predicate: Callable[[str], bool]) -> Callable[[str], bool]:

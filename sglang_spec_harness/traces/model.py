@@ -7,7 +7,7 @@ each distinct kernel or frame name is stored once however often it occurs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +44,15 @@ SPAN_COLUMNS = {
     "ts": "float64",
     "dur": "float64",
 }
+# with_stack frames of Python source (`file.py(123): name`), apart from the annotations: the
+# functions that ran in each region come from them (traces/functions.py).
+FRAME_COLUMNS = {
+    "name": "category",
+    "pid": "int64",
+    "tid": "int64",
+    "ts": "float64",
+    "dur": "float64",
+}
 NO_ID = -1
 
 
@@ -55,6 +64,8 @@ class TraceTables:
     runtime: CUDA/HIP runtime and driver calls on CPU threads (launches among them).
     annotations: CPU-side spans that may name a region (record_function, python frames, NVTX).
     cpu_ops: operator spans (`aten::...`), the counting subject of CPU-only traces.
+    python_frames: every `python_function` frame of Python source (with_stack; builtins left
+        out), whether or not it names a region: what ran where.
     """
 
     path: str
@@ -66,6 +77,7 @@ class TraceTables:
     cpu_ops: pd.DataFrame
     distributed_rank: int | None = None
     graph_trace_mode: str | None = None  # nsys CUDA_GRAPH_TRACE_OPTIONS:MODE, e.g. "Graph", "Node"
+    python_frames: pd.DataFrame = field(default_factory=lambda: empty_frame(FRAME_COLUMNS))
 
 
 def name_mask(names: pd.Series, predicate: Callable[[str], object]) -> np.ndarray:

@@ -25,6 +25,18 @@ ANNOTATION_KIND_OF_CATEGORY: dict[str, str] = {
     "python_function": "python_function",
 }
 PYTHON_FRAME_CATEGORY = "python_function"  # with_stack frames: the bulk of a large trace
+# A with_stack frame of Python source: `path/file.py(123): name` (the line is the code object's first
+# line: the `def`, or its first decorator). Builtins (`<built-in method ...>`) and code without a file
+# (`<string>(2): __init__`) do not match.
+SOURCE_FRAME = re.compile(r"^(?P<file>[^<].*?)\((?P<line>\d+)\): (?P<function>.+)$")
+# Where a frame's file lies under a folder of installed or checked-out packages, the path from the
+# package on: PyTorch already writes paths relative to the sys.path entry they were imported from,
+# but an editable install (`/sgl-workspace/sglang/python/sglang/srt/...`) or a file outside sys.path
+# keeps its absolute path. The first match is cut off.
+SOURCE_ROOTS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"^.*/(?:site|dist)-packages/"),
+    re.compile(r"^.*/python/(?=sglang/)"),  # an SGLang checkout: python/sglang/...
+)
 CPU_OP_CATEGORIES: frozenset[str] = frozenset({"cpu_op", "Operator"})
 
 # A runtime/driver call that replays a whole CUDA/HIP graph. Nsight keeps the version suffix

@@ -180,6 +180,44 @@ class OpTable(_Model):
         return next((row for row in self.rows() if row.name == name), None)
 
 
+class FunctionCall(NamedTuple):
+    """One Python function of a `RegionFunctions` (a row of its columns)."""
+
+    file: str
+    function: str
+    line: int
+    calls: int
+    time_us: float
+
+
+class RegionFunctions(_Model):
+    """The Python functions that ran in one region (with_stack `python_function` frames): those
+    nested in the region's spans on their thread, and on a GPU trace also the stack open on the CPU
+    thread that launched each of the region's graph replays and kernels. Per function: its file (as
+    the trace names it, from its package on: `sglang/srt/speculative/eagle_worker_v2.py`), name, first
+    line (the `def`, or its first decorator), calls (frames) and time (their summed durations,
+    inclusive of what they call). Stored by column, most time first; at most MAX_FUNCTIONS_PER_REGION
+    (traces/functions.py): `functions` says how many ran, `complete` whether all are listed."""
+
+    region: str
+    functions: int  # distinct functions that ran in the region (more than listed when not complete)
+    complete: bool = True
+    file: list[str]
+    function: list[str]
+    line: list[int]
+    calls: list[int]
+    time_us: list[float]
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> RegionFunctions:
+        if len({len(self.file), len(self.function), len(self.line), len(self.calls), len(self.time_us)}) > 1:
+            raise ValueError(f"functions of {self.region}: columns of different lengths")
+        return self
+
+    def rows(self) -> list[FunctionCall]:
+        return [FunctionCall(*row) for row in zip(self.file, self.function, self.line, self.calls, self.time_us)]
+
+
 class Validity(_Model):
     """Facts a fail-closed rule needs before it may believe a zero."""
 
@@ -217,6 +255,9 @@ class FileAnalysis(_Model):
     top_ops: list[TopOp]  # per region and unit, the 10 names with the most time
     region_times: dict[str, RegionTime] = {}  # region -> its time (empty in documents written before it)
     op_tables: list[OpTable] = []  # per region and unit, every op name (empty in documents written before it)
+    # per region, the Python functions that ran there (empty without with_stack, and in documents
+    # written before it)
+    region_functions: list[RegionFunctions] = []
 
 
 class CombinedAnalysis(_Model):
@@ -231,6 +272,7 @@ class CombinedAnalysis(_Model):
     counts: list[CountRow]
     pattern_totals: list[PatternTotal]
     op_tables: list[OpTable] = []  # per-replay statistics over every replay of every file
+    region_functions: list[RegionFunctions] = []  # calls and times summed over the files
 
 
 class OpTime(NamedTuple):

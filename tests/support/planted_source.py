@@ -1,0 +1,145 @@
+"""A git repository with a package that the micro engine runs in its draft (`planted.selection.choose`
+becomes the engine's draft token selection), whose second commit plants a change in that one function
+among unrelated ones: another function of the same file that never runs, a whitespace-and-comment
+edit of a function that runs in the same region, another file, the README. A sweep over its commits
+with with_stack traces must name `choose` first, with its hunk (tests/test_source_explanation.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+SELECTION_BEFORE = '''"""Draft token selection for the micro engine (planted for the source explanation's test)."""
+
+import sglang_spec_harness.micro.model as _model
+
+_select = _model.select_draft_tokens
+
+
+def rows_of(logits):
+    return logits.shape[0]
+
+
+def choose(logits, topk, fast_path):
+    """Select draft tokens as the engine asks."""
+    if rows_of(logits) < 0:
+        raise ValueError("no rows")
+    return _select(logits, topk, fast_path)
+
+
+def never_runs(x):
+    return x + 1
+'''
+
+# The planted change: `choose` (lines 12-16 -> 13-18) skips the fast path. `rows_of` gets a comment and
+# spaces only (no change to its code), `never_runs` changes but never runs.
+SELECTION_AFTER = '''"""Draft token selection for the micro engine (planted for the source explanation's test)."""
+
+import sglang_spec_harness.micro.model as _model
+
+_select = _model.select_draft_tokens
+
+
+def rows_of(logits):
+    # the number of rows (a comment: no change to the code)
+    return logits.shape[ 0 ]
+
+
+def choose(logits, topk, fast_path):
+    """Select draft tokens as the engine asks."""
+    if rows_of(logits) < 0:
+        raise ValueError("no rows")
+    # planted: the draft always takes the softmax path
+    return _select(logits, topk, False)
+
+
+def never_runs(x):
+    return x + 2
+'''
+
+CHOOSE_HUNK = '''@@ -13,4 +14,5 @@ def choose(logits, topk, fast_path):
+     """Select draft tokens as the engine asks."""
+     if rows_of(logits) < 0:
+         raise ValueError("no rows")
+-    return _select(logits, topk, fast_path)
++    # planted: the draft always takes the softmax path
++    return _select(logits, topk, False)'''
+
+HOOKS_BEFORE = '''"""Makes planted.selection.choose the micro engine's draft token selection."""
+import sglang_spec_harness.micro.engine as _engine
+
+from planted import selection
+
+
+def install():
+    _engine.select_draft_tokens = selection.choose
+
+
+install()
+'''
+HOOKS_AFTER = HOOKS_BEFORE.replace("def install():\n", "def install():\n\n")  # a blank line only
+
+UNRELATED_BEFORE = '''def helper(a, b):
+    return a * b
+'''
+UNRELATED_AFTER = '''def helper(a, b):
+    """Changed, and never imported."""
+    return a * b + 0
+'''
+
+REVISIONS = [
+    {"selection.py": SELECTION_BEFORE, "hooks.py": HOOKS_BEFORE, "unrelated.py": UNRELATED_BEFORE},
+    {"selection.py": SELECTION_AFTER, "hooks.py": HOOKS_AFTER, "unrelated.py": UNRELATED_AFTER},
+]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def make_planted_repo(root: Path, revisions: list[dict[str, str]] = REVISIONS) -> tuple[Path, list[str]]:
+    """One commit per revision (files of `python/planted/`); the repository and its commits, oldest first."""
+    repo = root / "src"
+    package = repo / "python" / "planted"
+    package.mkdir(parents=True)
+    git(repo, "init", "-q")
+    hashes = []
+    for i, files in enumerate(revisions):
+        (package / "__init__.py").write_text('"""A package planted in a test repository."""\n')
+        for name, text in files.items():
+            (package / name).write_text(text)
+        (repo / "README").write_text(f"revision {i}\n")
+        git(repo, "add", "-A")
+        date = f"2025-02-{i + 1:02d}T12:00:00+00:00"
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com",
+                        "commit", "-q", "-m", f"revision {i}"], check=True,
+                       env={**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        hashes.append(git(repo, "rev-parse", "HEAD").strip())
+    return repo, hashes
+
+
+def write_planted_scenario(root: Path, repo: Path) -> Path:
+    """The micro engine's candidate runs the repository's package in its draft; profiled with stacks."""
+    data = {
+        "name": "planted_source",
+        "engine": "micro",
+        "server": {"args": {"--speculative-num-steps": 3, "--speculative-eagle-topk": 1, "--vocab-size": 512,
+                            "--hidden-size": 32, "--device": "cpu", "--num-threads": 1},
+                   "startup_timeout_s": 60, "request_timeout_s": 60},
+        "variants": {
+            "baseline": {"args": {"--disable-topk1-fast-path": True}},
+            "candidate": {"pythonpath": [str(repo / "python")], "patches": ["planted.hooks"]},
+        },
+        "workload": {"num_requests": 2, "input_len": 16, "output_len": 16, "concurrency": 2, "warmup_requests": 1},
+        "trials": {"mode": "interleaved", "launches": 1, "repetitions": 1, "profiled": 1},
+        "profile": {"num_steps": 4, "activities": ["CPU"], "with_stack": True},
+        "rules": [{"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
+                   "variants": ["candidate"], "equals": 0}],
+    }
+    path = root / "planted_source.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
