@@ -55,8 +55,7 @@ def acknowledge(engine: Engine, series_id: str, at: str, reason: str, by: str,
         raise HarnessInputError("--reason: empty (say why the change is intended)")
     series = _find_series(load_series(engine, options or Options()), series_id)
     point = series.points[_find_point(series, at)]
-    ack = {"series": series.id, "run": point.run, "run_key": point.run_key, "label": point.label,
-           "reason": reason, "by": by.strip() or "unknown", "at": now_utc()}
-    add_ack(engine, series=ack["series"], run_key=ack["run_key"], run=ack["run"], label=ack["label"],
-            reason=ack["reason"], by=ack["by"], at=ack["at"])
-    return ack
+    by, at = by.strip() or "unknown", now_utc()
+    add_ack(engine, series=series.id, run_key=point.run_key, run=point.run, label=point.label, reason=reason, by=by, at=at)
+    return {"series": series.id, "run": point.run, "run_key": point.run_key, "label": point.label, "reason": reason,
+            "by": by, "at": at}

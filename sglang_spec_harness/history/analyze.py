@@ -380,6 +380,7 @@ def _confirmation_list(series: list[Series]) -> list[dict[str, Any]]:
     return [{"series": s.id, "variant": s.variant, "metric": s.metric, "index": i,
              "label_before": s.points[i - 1].label, "label_after": s.points[i].label,
              "run_before": s.points[i - 1].run, "run": s.points[i].run,
+             "run_key_before": s.points[i - 1].run_key, "run_key_after": s.points[i].run_key,
              "before": s.points[i - 1].value, "after": s.points[i].value, **c}
             for s in series for i, c in sorted(s.confirmations.items())]
 

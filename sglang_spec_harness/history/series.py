@@ -17,12 +17,6 @@ SIDE_BY_SIDE = "side by side"
 # The noisy metrics a side-by-side run of two points measures (its timed blocks: `sweep/confirm.py`).
 CONFIRMABLE = ("tpot_ms", "throughput_tok_s", "accept_length")
 
-EXACT, NOISY = "exact", "noisy"
-# The kind of a change point that only a side-by-side run found (a series too short for the test).
-SIDE_BY_SIDE = "side by side"
-# The noisy metrics a side-by-side run of two points measures (its timed blocks: `sweep/confirm.py`).
-CONFIRMABLE = ("tpot_ms", "throughput_tok_s", "accept_length")
-
 
 @dataclass(frozen=True)
 class Metric:
