@@ -124,7 +124,7 @@ def import_with_patch(scenario_path: Path) -> dict[str, Any]:
 
 def profiled_run(scenario_path: Path, work: Path) -> dict[str, Any]:
     """Both arms' profiled passes, one launch each; the counts per replay and the kernel rules' verdicts."""
-    from sglang_spec_harness.verdict.rules import check_run_dir
+    from sglang_spec_harness.verdict.judge import check_run_dir
 
     run_dir = work / "runs" / scenario_path.stem
     started = time.monotonic()

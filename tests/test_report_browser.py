@@ -105,7 +105,8 @@ def test_real_run_report_files(real_run):
     root = ET.parse(real_run / "junit.xml").getroot()
     suite, informational = root.findall("testsuite")
     judged = [r for r in results["rules"] if r["verdict"] != "INFO"]
-    assert len(results["rules"]) == len(TINY["rules"])
+    # the scenario's rules, then output validity: implicit, for the scenario declares none
+    assert [r["name"] for r in results["rules"]] == [r["name"] for r in TINY["rules"]] + ["outputs_valid"]
     # the unbounded explained_gain rule is informational: its own suite, never a passed test case
     assert [r["name"] for r in results["rules"] if r["verdict"] == "INFO"] == ["gain_explained_by_softmax"]
     assert [c.get("name") for c in informational.findall("testcase")] == ["gain_explained_by_softmax"]
@@ -157,9 +158,11 @@ def test_real_report_in_the_browser(browser, real_run):
             caption = svg.evaluate("s => s.parentElement.querySelector('figcaption').innerText")
             assert caption.startswith("What to look for:")
         # the rules table lists every rule with its verdict
+        # (the judged ones first, the informational ones after them)
         rows = page.query_selector_all("#rules tbody tr")
-        assert [r.query_selector("code").inner_text() for r in rows] == [r["name"] for r in results["rules"]]
-        assert [r.query_selector(".pill").inner_text() for r in rows] == [r["verdict"] for r in results["rules"]]
+        shown = sorted(results["rules"], key=lambda r: r["verdict"] == "INFO")
+        assert [r.query_selector("code").inner_text() for r in rows] == [r["name"] for r in shown]
+        assert [r.query_selector(".pill").inner_text() for r in rows] == [r["verdict"] for r in shown]
         shot = real_run / "report-screenshot.png"
         page.screenshot(path=str(shot))
         assert shot.stat().st_size > 10_000

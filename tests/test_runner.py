@@ -40,7 +40,7 @@ from sglang_spec_harness.rundir import (
     record_json,
     request_line,
 )
-from sglang_spec_harness.verdict.rules import evaluate_run
+from sglang_spec_harness.verdict.judge import evaluate_run
 import itertools
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,10 +168,10 @@ def test_full_run_records_are_their_models(full_run):
         "trials_done", "wall_s", "measured_s", "server_launches"]
     assert list(read_json(run_dir / "trials/02-baseline-timed/trial.json")) == [
         "index", "variant", "config", "kind", "repetition", "launch", "status", "error", "command", "server_pid",
-        "port", "started", "finished", "server_info", "summary", "traces"]
+        "port", "started", "finished", "server_info", "vocabulary", "summary", "traces"]
     assert list(read_requests(run_dir / "trials/02-baseline-timed")[0]) == [
         "index", "warmup", "prompt_tokens", "completion_tokens", "spec_verify_ct", "ttft_ms", "tpot_ms", "itl_ms",
-        "e2e_ms", "output_ids", "finish_reason", "error"]
+        "e2e_ms", "output_ids", "text", "finish_reason", "error"]
 
 
 def test_full_run_leaves_no_server(full_run):
@@ -185,7 +185,7 @@ def test_full_run_leaves_no_server(full_run):
 def test_json_prints_the_outcome_on_stdout_and_everything_else_on_stderr(tmp_path, capsys):
     path = write_scenario(tmp_path)
     code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress", "--json",
-                     "--set", "trials.repetitions=2", "--set", "checks=[{name: no_softmax, kind: kernel_count, "
+                     "--set", "trials.repetitions=2", "--set", "rules=[{name: no_softmax, kind: kernel_count, "
                      "region: DRAFT_DECODE, pattern: softmax, variants: [candidate], equals: 0}]"])
     captured = capsys.readouterr()
     outcome = json.loads(captured.out)  # stdout is the JSON and nothing else
@@ -193,7 +193,8 @@ def test_json_prints_the_outcome_on_stdout_and_everything_else_on_stderr(tmp_pat
     assert (code, outcome["exit_code"], outcome["status"], outcome["verdict"]) == (0, 0, "complete", "PASS")
     assert outcome["run_dir"] == str(run_dir) and outcome["report"] == str(run_dir / "index.html")
     assert outcome["results"] == read_json(run_dir / "results.json")
-    assert [r["name"] for r in outcome["results"]["rules"]] == ["no_softmax"]  # --set replaced the rules
+    # --set replaced the rules; output validity is implicit (the scenario declares none)
+    assert [r["name"] for r in outcome["results"]["rules"]] == ["no_softmax", "outputs_valid"]
     assert "[1/6] 00-baseline-profiled" in captured.err and f"results: {run_dir}" in captured.err
     # the run's scenario.yaml is the scenario as it ran, overrides included
     assert yaml.safe_load((run_dir / "scenario.yaml").read_text())["trials"]["repetitions"] == 2
@@ -414,7 +415,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     path = write_scenario(tmp_path, trials={"mode": mode, "repetitions": 4, "launches": 2, "profiled": 1,
                                             "order": "random", "seed": 3})
     data = yaml.safe_load(path.read_text())
-    data["checks"].append({"name": "tpot", "kind": "tpot_gain"})
+    data["rules"].append({"name": "tpot", "kind": "tpot_gain"})
     path.write_text(yaml.safe_dump(data))
     result = run_scenario(load_scenario(path), path, out_root=tmp_path / "runs")
     run_dir = result.run_dir
@@ -456,7 +457,7 @@ def test_warm_run_serves_blocks_from_a_few_launches(tmp_path, mode):
     assert not live_server_pids()
     # the report: blocks marked by launch, the launches next to the blocks, their logs
     from sglang_spec_harness.report import build_report
-    from sglang_spec_harness.verdict.rules import write_results
+    from sglang_spec_harness.verdict.judge import write_results
 
     write_results(run_dir, results)
     page = build_report(run_dir).html.read_text()
@@ -498,7 +499,7 @@ def test_planted_slowdown_fails_the_tpot_rule_while_the_kernel_rules_pass(tmp_pa
     path = write_scenario(tmp_path, candidate={"args": {"--inject-delay-us": 20000}},
                           trials={"mode": "interleaved", "repetitions": 6, "launches": 2, "order": "random"})
     data = yaml.safe_load(path.read_text())
-    data["checks"].append({"name": "tpot_improved", "kind": "tpot_gain", "min_gain": 0.01})
+    data["rules"].append({"name": "tpot_improved", "kind": "tpot_gain", "min_gain": 0.01})
     path.write_text(yaml.safe_dump(data))
     code = cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "--no-progress"])
     results = read_json(next((tmp_path / "runs").glob("*/results.json")))
