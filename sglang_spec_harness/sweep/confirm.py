@@ -85,19 +85,26 @@ def design(scenario: Scenario) -> Scenario:
     return scenario.model_copy(update={"trials": trials})
 
 
-def side_by_side_scenario(scenario: Scenario, variant: str, earlier: Scenario, later: Scenario, step: Step) -> Scenario:
+def statistics(scenario: Scenario) -> TpotGainRule:
+    """The statistics a side-by-side run is judged by: the scenario's TPOT rule's confidence and alpha
+    (the scenario as written: a sweep keeps only its exact rules), else the rule's defaults."""
+    tpot = next((r for r in scenario.rules if isinstance(r, TpotGainRule)), None)
+    return TpotGainRule(name=RULE_NAME, kind="tpot_gain", min_gain=0.0,
+                        confidence=tpot.confidence if tpot else TpotGainRule.model_fields["confidence"].default,
+                        alpha=tpot.alpha if tpot else TpotGainRule.model_fields["alpha"].default)
+
+
+def side_by_side_scenario(scenario: Scenario, variant: str, earlier: Scenario, later: Scenario, step: Step,
+                          judged_by: TpotGainRule) -> Scenario:
     """One run, two arms: `variant` at the earlier point as the baseline, at the later as the candidate
     (each with the SGLang version of its own point, checked before any server starts), judged by
-    the TPOT rule at the scenario's confidence."""
+    `judged_by` (`statistics`)."""
     arms = {}
     for name, at, label in (("baseline", earlier, step.before), ("candidate", later, step.after)):
         spec = at.variants[variant]
         arms[name] = spec.model_copy(update={"sglang_version": spec.sglang_version or at.server.sglang_version,
                                              "description": f"{spec.description} (the point {label})".strip()})
-    tpot = next((r for r in scenario.rules if isinstance(r, TpotGainRule)), None)
-    rule = TpotGainRule(name=RULE_NAME, kind="tpot_gain", min_gain=0.0,
-                        description=f"{variant} at {step.after} against {step.before}, side by side",
-                        confidence=tpot.confidence if tpot else 0.95, alpha=tpot.alpha if tpot else 0.05)
+    rule = judged_by.model_copy(update={"description": f"{variant} at {step.after} against {step.before}, side by side"})
     return design(scenario).model_copy(update={
         "name": f"{scenario.name}.side-by-side", "variants": arms, "rules": [rule],
         "server": scenario.server.model_copy(update={"sglang_version": None}),
@@ -165,15 +172,15 @@ ScenarioAt = Callable[[str, str], AbstractContextManager[Scenario]]  # (label, t
 
 
 def confirm_steps(steps: list[Step], *, scenario: Scenario, scenario_path: Path, variant: str, out_dir: Path,
-                  scenario_at: ScenarioAt, store: Callable[[list[dict[str, Any]]], None],
+                  judged_by: TpotGainRule, scenario_at: ScenarioAt, store: Callable[[list[dict[str, Any]]], None],
                   progress: RunProgress, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Run each step side by side and `store` its rows as soon as they exist; returns every row. A
-    point that cannot be set up again (ReleaseUnavailable) gives rows that say so (not measured)."""
+    """Run each step side by side (judged by `judged_by`: `statistics` of the scenario as written) and
+    `store` its rows as soon as they exist; returns every row. A point that cannot be set up again
+    (ReleaseUnavailable) gives rows that say so (not measured)."""
     from sglang_spec_harness.releases.environments import ReleaseUnavailable
     from sglang_spec_harness.run.interrupts import interrupt_exception
 
-    tpot = next((r for r in scenario.rules if isinstance(r, TpotGainRule)), None)
-    confidence = tpot.confidence if tpot else 0.95
+    confidence = judged_by.confidence
     every: list[dict[str, Any]] = []
     for n, step in enumerate(steps):
         run_dir = out_dir / SIDE_BY_SIDE_DIR / f"{n:02d}-{_SAFE.sub('-', step.before)}-{_SAFE.sub('-', step.after)}"
@@ -181,7 +188,7 @@ def confirm_steps(steps: list[Step], *, scenario: Scenario, scenario_path: Path,
             f"{', '.join(sorted(step.moves))}: {run_dir}")
         try:
             with scenario_at(step.before, "before") as earlier, scenario_at(step.after, "after") as later:
-                pair = side_by_side_scenario(scenario, variant, earlier, later, step)
+                pair = side_by_side_scenario(scenario, variant, earlier, later, step, judged_by)
                 outcome = run_pipeline(pair, scenario_path, run_dir=run_dir, progress=progress)
         except ReleaseUnavailable as exc:
             rows = [{"run_key_before": step.run_key_before, "run_key_after": step.run_key_after, "variant": variant,

@@ -238,7 +238,7 @@ class _Sweep:
         if self.engine is None or len(self.result.ran) < 2:
             return
         from sglang_spec_harness.history.marks import store_confirmations
-        from sglang_spec_harness.sweep.confirm import confirm_steps, steps_to_confirm
+        from sglang_spec_harness.sweep.confirm import confirm_steps, statistics, steps_to_confirm
 
         steps = steps_to_confirm(sweep_facts(self.engine, self.result), self.variant)
         self.progress.note(f"--confirm: {len(steps)} step(s) to run again side by side")
@@ -248,8 +248,11 @@ class _Sweep:
             self.result.confirmations += rows
             self.save()
 
+        # the statistics of the scenario as written: the sweep's own copy keeps only its exact rules
+        written = load_scenario(self.runner.scenario_path, self.result.request.overrides)
         confirm_steps(steps, scenario=self.scenario, scenario_path=self.runner.scenario_path, variant=self.variant,
-                      out_dir=self.result.out_dir, scenario_at=self._point_scenario, store=store,
+                      out_dir=self.result.out_dir, judged_by=statistics(written), scenario_at=self._point_scenario,
+                      store=store,
                       progress=self.progress.run, say=self.progress.note)
 
     @contextlib.contextmanager
