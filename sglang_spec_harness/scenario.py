@@ -147,6 +147,9 @@ class VariantSpec(_Strict):
         default_factory=list,
         description="modules imported into the server process before it starts (e.g. to restore the softmax path)",
     )
+    sglang_version: str | None = Field(
+        None, description="engine sglang: the SGLang version this variant's interpreter must have, checked before any "
+        "server starts (null: server.sglang_version); a side-by-side run of two releases gives each arm its own")
 
     _v_args = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
 

@@ -34,7 +34,7 @@ def trend_page(tmp_path_factory) -> tuple[Path, dict]:
                    capture_output=True, timeout=300)
     done = subprocess.run([*cli, "report", "--db", str(database), "--out", str(root / "page"), "--json",
                            "--permutations", "199"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 3, done.stderr  # a timing regression that no side-by-side run confirmed
     return root / "page" / "index.html", json.loads(done.stdout)
 
 
@@ -44,11 +44,11 @@ def test_trend_page_in_the_browser(browser, trend_page):
     try:
         assert problems == []
         assert requests == [html.as_uri()], "the page must not load anything but itself"
-        assert page.inner_text("#verdict").strip() == "REGRESSION"
+        assert page.inner_text("#verdict").strip() == "NOT CONFIRMED"
         why = page.query_selector("#why")
         box = why.bounding_box()
         assert box["y"] + box["height"] <= VIEWPORT["height"], "the reasons must be on the first screen"
-        assert "planted · candidate · tpot_ms" in why.inner_text()
+        assert "planted · candidate · tpot_ms" in why.inner_text() and "not confirmed" in why.inner_text()
         svgs = page.query_selector_all("#series figure svg")
         charted = [s for s in facts["series"] if s["kind"] == "noisy" or s["change_points"]]  # exact ones that never
         assert len(svgs) == len(charted) > 0  # changed are rows of a table

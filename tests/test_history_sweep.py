@@ -216,8 +216,12 @@ def test_the_change_is_explained_by_the_ops_that_appeared_and_disappeared(histor
     assert float(decode_time[1]) * scale[decode_time[2]] == pytest.approx(times["before"], rel=0.01)
     assert float(decode_time[3]) * scale[decode_time[4]] == pytest.approx(times["after"], rel=0.01)
     assert int(decode_time[5]) == round(times["change"] * 100)
-    assert sentence.endswith('Greedy outputs identical. Not only SGLang changed: adaptations ["cpu stand-ins"] -> '
-                             '["cpu stand-ins", "spec-v2 port"].')
+    assert 'Greedy outputs identical. Not only SGLang changed: adaptations ["cpu stand-ins"] -> ' \
+           '["cpu stand-ins", "spec-v2 port"]. ' in sentence
+    # how each change point it explains reads, by the scenario's rules (DRAFT_EXTEND's softmax: no rule)
+    assert sentence.endswith("By the rules and metrics: kernels:DRAFT_DECODE:softmax 2 -> 0 (-100.0%, better) reads as "
+                             "improvement (rule candidate_no_softmax); kernels:DRAFT_EXTEND:softmax 2 -> 0 (-100.0%) "
+                             "reads as change (no rule on it)."), sentence
 
 
 @pytest.mark.slow
@@ -363,7 +367,7 @@ def test_the_page_shows_an_explanations_strings_as_text(browser, tmp_path):
     assert f"./{SCHEME}/" in hrefs  # the run's directory (no report): a path, not a javascript: URL
 
 
-# ---- the database: version 1 -> 2 ------------------------------------------------------------------
+# ---- the database: version 1 -> 3 ------------------------------------------------------------------
 
 
 def _migrates_in_place(url: str, run: Path, out: Path) -> None:
@@ -376,7 +380,8 @@ def _migrates_in_place(url: str, run: Path, out: Path) -> None:
     engine.dispose()
 
     engine = db.open_database(url)
-    assert db.schema_version(engine) == db.SCHEMA_VERSION
+    assert db.schema_version(engine) == db.SCHEMA_VERSION == 4
+    assert {"acks", "confirmations", "region_functions"} <= set(sa.inspect(engine).get_table_names())
     columns = {t: {c["name"] for c in sa.inspect(engine).get_columns(t)} for t in ("runs", "variants")}
     assert {"sweep", "sweep_axis", "sweep_point", "sweep_label", "sweep_position"} <= columns["runs"]
     assert {"output_hash", "outputs"} <= columns["variants"]

@@ -291,12 +291,13 @@ def test_nightly_history_steps_ingest_report_and_gate(tmp_path):
     assert "12 runs: 12 added" in ingest.stdout and (tmp_path / "reports" / "history.sqlite").exists()
     report = _bash(step(wf, "make history-report", "history")["run"], tmp_path, env)
     assert report.returncode == 0, report.stderr
-    assert (tmp_path / "reports" / "history.exit-code").read_text().strip() == "1"
-    assert "REGRESSION  planted · candidate · tpot_ms" in report.stdout
+    # a TPOT rise is a regression only once confirmed side by side: exit 3, and the gate step fails on it
+    assert (tmp_path / "reports" / "history.exit-code").read_text().strip() == "3"
+    assert "not confirmed planted · candidate · tpot_ms" in report.stdout
     assert (tmp_path / "reports" / "history" / "index.html").exists()
-    assert "REGRESSION" in (tmp_path / "summary.md").read_text()
+    assert "gate: INCONCLUSIVE" in (tmp_path / "summary.md").read_text()
     gate = _bash(step(wf, "Gate on the history", "history")["run"], tmp_path, {})
-    assert gate.returncode == 1 and gate.stdout.startswith("::error title=harness history: regression::")
+    assert gate.returncode == 1 and gate.stdout.startswith("::error title=harness history: not confirmed::")
 
 
 @pytest.mark.parametrize(("code", "job_fails"), [("0", False), ("1", True), ("3", False), ("2", True), (None, True)])

@@ -1,11 +1,13 @@
-"""`harness history ingest|report|explain|export`: the results database across runs, change points, the trend page.
+"""`harness history ingest|report|explain|ack|export`: the results database across runs, change points, the trend page.
 
 `ingest RUN_DIR_OR_ROOT...` loads run directories (or folders of them) into the database; `report`
 finds the change points of every series and writes the trend page (or prints the facts with --json),
 exiting 1 when the newest change point of a series is a regression beyond --max-regression, 3 when
-the database holds no complete run; `explain SWEEP_DIR` explains a stored sweep's change points again
-(down to the source that ran and changed) and writes them as JSON; `export` writes the database as one tidy table (CSV or Parquet)
-for dashboards.
+it is a timing regression that no side-by-side run confirmed or the database holds no complete run
+(history/gate.py); `explain SWEEP_DIR` explains a stored sweep's change points again (down to the
+source that ran and changed) and writes them as JSON; `ack SERIES --at POINT --reason TEXT` marks a
+change point intended (the gate compares against the level after it); `export` writes the database
+as one tidy table (CSV or Parquet) for dashboards.
 """
 
 from __future__ import annotations
@@ -82,6 +84,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     explain.add_argument("--no-reanalyze", action="store_true",
                          help="never analyse a run again (runs without stored functions then explain without source)")
 
+    ack = sub.add_parser("ack", help="mark a change point intended: the gate compares against the level after it",
+                         description="Mark the change point of SERIES at POINT as intended (who and when are "
+                                     "recorded): the gate then compares that series against the level after it, and "
+                                     "the trend page shows the mark and the reason. SERIES is a series id as "
+                                     "`harness history report` prints it; POINT the first run after the change (its "
+                                     "name, run key, or sweep label).")
+    ack.add_argument("series", metavar="SERIES")
+    ack.add_argument("--at", required=True, metavar="POINT", help="the first run after the change point")
+    ack.add_argument("--reason", required=True, metavar="TEXT", help="why the change is intended")
+    ack.add_argument("--by", metavar="WHO", help="who acknowledges it (default: USER@HOST)")
+    ack.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+
     export = sub.add_parser("export", help="the database as one tidy table (CSV or Parquet) for dashboards",
                             description="Write one row per run, per run x variant x metric (the samples' count, "
                                         "median, mean, min, max) and per run x rule (verdict, reason, ratio and "
@@ -101,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
     if args.history_command == "export":
         require_extras("history", *(("parquet",) if args.format == "parquet" else ()))
         return _export(args)
+    if args.history_command == "ack":
+        require_extras("history")
+        return _ack(args)
     require_extras("history", "report")  # the trend page
     if args.history_command == "explain":
         return _explain(args)
@@ -181,11 +198,20 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _directed(change: dict) -> bool:
-    """Whether the series has a worse direction (an output hash or an op mix only changes)."""
-    from sglang_spec_harness.history.analyze import metric_info
+def _ack(args: argparse.Namespace) -> int:
+    from sglang_spec_harness.errors import one_line
+    from sglang_spec_harness.history.acks import acknowledge
+    from sglang_spec_harness.history.export import existing_database
+    from sglang_spec_harness.history.marks import who
 
-    return metric_info(change["metric"]).worse is not None
+    ack = acknowledge(existing_database(args.db), args.series, args.at, args.reason, args.by or who())
+    print(f"acknowledged {one_line(ack['series'])} at {one_line(ack['label'] or ack['run'])}: {one_line(ack['reason'])} "
+          f"(by {one_line(ack['by'])}, {ack['at']}); the gate compares against the level from there on")
+    return 0
+
+
+WORDS = {"regression": "REGRESSION   ", "improvement": "improvement  ", "change": "change       ",
+         "not confirmed": "not confirmed"}
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -215,13 +241,30 @@ def _report(args: argparse.Namespace) -> int:
     for i, c in enumerate(facts["change_points"]):
         size = signed_pct(c["magnitude"]) if c["magnitude"] is not None else "from zero"
         p = "exact" if c["kind"] == "exact" else "zero rule" if c["p_value"] is None else f"p={p_value(c['p_value'])}"
-        word = "REGRESSION " if c["regression"] else "improvement" if _directed(c) else "change     "
         where = f"at {c['label_after']}" if c["label_after"] is not None else f"from run {c['run']}"
-        print(f"  {word} {one_line(c['series'])}: {fmt(c['before'], 4)} -> {fmt(c['after'], 4)} ({size}, {p}) {one_line(where)}")
+        print(f"  {WORDS[c['reading']]} {one_line(c['series'])}: {fmt(c['before'], 4)} -> {fmt(c['after'], 4)} "
+              f"({size}, {p}) {one_line(where)}{_marks(c)}")
         following = facts["change_points"][i + 1] if i + 1 < len(facts["change_points"]) else None
         if c["explanation"] and (following is None or following["explanation"] != c["explanation"]):
             print(f"    why: {one_line(explanations[c['explanation']]['sentence'])}")
     for d in facts["damaged"]:
         print(f"  {d['status']}: {one_line(d['run'])}: {one_line(d['reason'] or '')}")
-    print(f"gate: {facts['gate']['verdict']} (max regression {pct(args.max_regression)}); page: {page}")
+    gate = facts["gate"]
+    for c in gate["not_confirmed"]:
+        print(f"  gate: {one_line(c['series'])} {signed_pct(c['magnitude'])} {c['way']}: {one_line(c['gate_reason'])}")
+    print(f"gate: {gate['verdict']} (max regression {pct(args.max_regression)}); page: {page}")
     return facts["exit_code"]
+
+
+def _marks(change: dict) -> str:
+    """A change point's confirmation and ack, as the printout's tail."""
+    from sglang_spec_harness.errors import one_line
+    from sglang_spec_harness.history.analyze import confirmation_text
+
+    out = ""
+    confirmation = change.get("confirmation")
+    if confirmation is not None and change["way"] != "neither":
+        out += f" [{one_line(confirmation_text(confirmation))}]"
+    if change.get("acknowledged"):
+        out += f" [acknowledged: {one_line(change['acknowledged']['reason'])}]"
+    return out

@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each release runs: sglang-cpu (this CPU's environments, sglang_spec_harness.sglang_cpu), target "
                         "(the release installed beside the variant's interpreter: a GPU runner), auto (sglang-cpu for a "
                         "scenario with the CPU shims)")
+    parser.add_argument("--confirm", action="store_true",
+                        help="run the two points of each timing change point again side by side (interleaved, one "
+                        "session, the TPOT rule's statistics) and keep whether it is confirmed, with its interval; in "
+                        "a sweep too short for the change-point test, every step of the timing series")
     parser.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
     parser.add_argument("--no-history", action="store_true", help="do not ingest the points into the history database")
     parser.add_argument("--out", metavar="DIR", default="reports/sweeps", help="where sweeps go (default: reports/sweeps)")
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
                            source=Path(args.source) if args.source else None, revisions=tuple(args.revisions),
                            variant=args.variant, rules=tuple(args.rules), environments=args.environments,
                            out_root=Path(args.out), db=args.db, ingest=not args.no_history,
-                           overrides=tuple(args.overrides))
+                           overrides=tuple(args.overrides), confirm=args.confirm)
     result = run_sweep(request, SweepLines(sys.stderr if args.json else sys.stdout))
     if args.json:
         print(json.dumps(result.to_json_dict(), indent=2))

@@ -20,7 +20,7 @@ import hashlib
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,108 +29,23 @@ from sqlalchemy.engine import Engine
 from sglang_spec_harness.errors import HarnessInputError
 from sglang_spec_harness.history import db
 from sglang_spec_harness.history.changepoints import ChangePoint, Options, change_points, exact_change_points
+from sglang_spec_harness.history.direction import (
+    CONFIRMED, NEITHER, NOT_CONFIRMED, REGRESSION, Direction, count_direction, reading,
+)
 from sglang_spec_harness.history.explain import Explainer
+from sglang_spec_harness.history.gate import CANNOT_RUN_AGAIN, GateCall, beyond, gate_calls, gates
+from sglang_spec_harness.history.gate import verdict as gate_verdict
+from sglang_spec_harness.history.marks import ConfirmationKey, load_acks, load_confirmations
+from sglang_spec_harness.history.series import (
+    CONFIRMABLE, EXACT, METRICS, RATIO_VARIANT, SIDE_BY_SIDE, Point, Series, metric_info, series_id,
+)
+from sglang_spec_harness.pages.numbers import fmt, ratio, signed_pct
+from sglang_spec_harness.pages.numbers import interval as interval_text
 from sglang_spec_harness.rundir import as_list, as_object
 from sglang_spec_harness.scenario import with_current_keys
-from sglang_spec_harness.vocabulary import FAIL, NO_REGION, PASS, RuleKind
+from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, NO_REGION, PASS, RuleKind
 
-FACTS_VERSION = 2
-EXIT_OK, EXIT_REGRESSION, EXIT_NO_DATA = 0, 1, 3
-EXACT, NOISY = "exact", "noisy"
-
-
-@dataclass(frozen=True)
-class Metric:
-    label: str
-    worse: str | None  # "up" or "down": which direction is a regression; None: a change is neither
-    unit: str = ""
-    kind: str = NOISY  # exact: every change of value is a change point; noisy: E-divisive means
-    gates: bool = True  # whether its newest change point can fail the gate
-
-
-# Every metric, or family of metrics (`kernels:<region>:<pattern>`, `ops:<region>`,
-# `region_us:<region>`), in one table: what it is, which way is worse, its kind, whether it gates.
-METRICS = {
-    "tpot_ms": Metric("TPOT, median of the run's timed trials", "up", "ms"),
-    "tpot_ratio": Metric("TPOT candidate / baseline (medians)", "up"),
-    "accept_length": Metric("accept length, median of the run's timed trials", "down", "tokens / verify"),
-    "throughput_tok_s": Metric("output throughput, median of the run's timed trials", "down", "tok/s"),
-    # value: each distinct output set numbered as it first appears; compared: the hash
-    "output_hash": Metric("greedy outputs of the profiled trials", None, "output set #", EXACT, gates=False),
-    # from the output_validity rule: returned ids that are no token (out of range, or padding)
-    "invalid_token_fraction": Metric("returned token ids that are not tokens", "up", "of tokens", EXACT),
-    "kernels": Metric("{pattern} matches per replay in {region} (profiled trials, max)", "up", "per replay", EXACT),
-    # value: each op name's median per replay, summed; compared: every op's median count per replay; only
-    # in the regions the scenario's kernel_count rules name (all, without such rules)
-    "ops": Metric("op count per replay in {region} (every op)", None, "ops / replay", EXACT, gates=False),
-    # Profiled passes give structure, not timing (the profiler perturbs it): shown and explained, no gate.
-    "region_us": Metric("{region} time per replay (profiled trials)", "up", "us", NOISY, gates=False),
-}
-RATIO_VARIANT = "candidate/baseline"
-
-
-def metric_info(metric: str) -> Metric:
-    family, _, rest = metric.partition(":")
-    info = METRICS.get(family) if rest else METRICS.get(metric)
-    if info is None:
-        return Metric(metric, "up")
-    if family == "kernels":
-        region, _, pattern = rest.partition(":")
-        return Metric(info.label.format(region=region, pattern=pattern), info.worse, info.unit, info.kind, info.gates)
-    if rest:
-        return Metric(info.label.format(region=rest), info.worse, info.unit, info.kind, info.gates)
-    return info
-
-
-@dataclass
-class Point:
-    run: str
-    run_key: str
-    started: str | None
-    value: float
-    sglang_commit: str | None
-    harness_commit: str | None
-    report: str | None
-    run_id: int = 0
-    label: str | None = None  # the sweep point's label (the release); None outside a sweep
-    key: str | None = None  # an exact series' value as compared (an output hash, an op mix); None: `value`
-    path: str | None = None
-
-
-@dataclass
-class Series:
-    id: str
-    scenario: str
-    aa: bool
-    mode: str | None
-    variant: str
-    metric: str
-    hardware: str
-    points: list[Point]
-    change_points: list[ChangePoint]
-    sweep: str | None = None
-    axis: str | None = None
-    explanations: list[str] = field(default_factory=list)  # per change point: its explanation's id
-    bound: str | None = None  # a count's direction from the scenario's rule on it ("up" / "down"); None: the metric's
-
-    @property
-    def worse(self) -> str | None:
-        return self.bound or metric_info(self.metric).worse
-
-    @property
-    def counts(self) -> bool:
-        return self.metric.startswith("kernels:")
-
-    @property
-    def kind(self) -> str:
-        return metric_info(self.metric).kind
-
-
-def series_id(scenario: str, aa: bool, mode: str | None, variant: str, metric: str, hardware: str,
-              sweep: str | None = None) -> str:
-    # `restart` (one TPOT sample per server launch) is the default mode: named only when another.
-    tags = (" [A/A]" if aa else "") + (f" [{mode}]" if mode and mode != "restart" else "")
-    return f"{scenario}{tags} · {variant} · {metric} · {hardware}" + (f" · sweep {sweep}" if sweep else "")
+FACTS_VERSION = 3
 
 
 def load_runs(engine: Engine, scenarios: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -218,36 +133,48 @@ def _values(engine: Engine, runs: dict[int, dict[str, Any]]) -> dict[tuple[str, 
     return out
 
 
-def _rule_bounds(engine: Engine) -> dict[int, list[dict[str, Any]]]:
-    """Each run's kernel_count rules' parameters (region, pattern, variants, equals / at_most / at_least)."""
+def _kernel_rules(engine: Engine) -> dict[int, list[dict[str, Any]]]:
+    """Each run's kernel_count rules: `{"name", "params"}` (region, pattern, variants, the bound)."""
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     r = db.rules.c
     with engine.connect() as conn:
-        for run_id, params in conn.execute(sa.select(r.run_id, r.params).where(r.kind == RuleKind.KERNEL_COUNT.value)):
+        for run_id, name, params in conn.execute(sa.select(r.run_id, r.name, r.params)
+                                                 .where(r.kind == RuleKind.KERNEL_COUNT.value)):
             if isinstance(params, dict):
-                out[run_id].append(params)
+                out[run_id].append({"name": name, "params": params})
     return out
 
 
-def _count_bound(bounds: dict[int, list[dict[str, Any]]], run_ids: list[int], variant: str, metric: str) -> str | None:
-    """Which way a count is worse, from the newest run's kernel_count rule on it: a lower bound
-    (`at_least`) makes a fall the regression, any other bound a rise; no rule: the metric's default."""
+def series_direction(rules: dict[int, list[dict[str, Any]]], run_ids: list[int], variant: str, metric: str) -> Direction:
+    """Which way the series is worse: a count's from the newest run's kernel_count rule on it for the
+    series' variant (none: neither way), any other metric's from `METRICS`."""
     family, _, rest = metric.partition(":")
     if family != "kernels":
-        return None
+        return Direction(metric_info(metric).worse)
     region, _, pattern = rest.partition(":")
-    for run_id in reversed(run_ids):
-        for params in bounds.get(run_id, []):
-            variants = params.get("variants")
-            if params.get("region") == region and params.get("pattern") == pattern and (
-                    not variants or variant in variants):
-                return "down" if params.get("at_least") is not None else "up"
-    return None
+    return count_direction((rules.get(run_id, []) for run_id in reversed(run_ids)), variant, region, pattern)
+
+
+def _with_confirmations(series: Series, confirmations: dict[ConfirmationKey, dict[str, Any]]) -> None:
+    """Attach the side-by-side runs of neighbouring points; a confirmed one where no change point was
+    found (a series too short for the test: a sweep of two releases) becomes a change point."""
+    for i in range(1, len(series.points)):
+        before, after = series.points[i - 1], series.points[i]
+        found = confirmations.get((before.run_key, after.run_key, series.variant, series.metric))
+        if found is not None:
+            series.confirmations[i] = found
+    known = {cp.index for cp in series.change_points}
+    added = [ChangePoint(index=i, p_value=None, before=series.points[i - 1].value, after=series.points[i].value,
+                         kind=SIDE_BY_SIDE)
+             for i, c in series.confirmations.items() if c["status"] == CONFIRMED and i not in known]
+    if added:
+        series.change_points = sorted([*series.change_points, *added], key=lambda cp: cp.index)
 
 
 def load_series(engine: Engine, options: Options, scenarios: Sequence[str] | None = None) -> list[Series]:
     runs = {r["id"]: r for r in load_runs(engine, scenarios) if r["status"] == "complete"}
-    bounds = _rule_bounds(engine)
+    rules = _kernel_rules(engine)
+    confirmations = load_confirmations(engine)
     grouped: dict[tuple, list[tuple[dict[str, Any], float, str | None]]] = defaultdict(list)
     for (variant, metric), by_run in _values(engine, runs).items():
         for run_id, (value, key) in by_run.items():
@@ -273,9 +200,11 @@ def load_series(engine: Engine, options: Options, scenarios: Sequence[str] | Non
         else:
             found = change_points([p.value for p in points], options)
         axis = members[0][0]["sweep_axis"] if sweep else None
-        bound = _count_bound(bounds, [r["id"] for r, _, _ in members], group[3], metric)
-        out.append(Series(series_id(*group), *group[:6], points=points, change_points=found, sweep=sweep, axis=axis,
-                          bound=bound))
+        direction = series_direction(rules, [r["id"] for r, _, _ in members], group[3], metric)
+        series = Series(series_id(*group), *group[:6], points=points, change_points=found, sweep=sweep, axis=axis,
+                        direction=direction)
+        _with_confirmations(series, confirmations)
+        out.append(series)
     out.sort(key=lambda s: (s.scenario, s.aa, s.mode or "", s.hardware, s.sweep or "", _metric_order(s.metric),
                             s.variant))
     return out
@@ -287,37 +216,50 @@ def _metric_order(metric: str) -> tuple[int, str]:
     return (names.index(family), metric) if family in names else (len(names), metric)
 
 
-def is_regression(series: Series, cp: ChangePoint) -> bool:
-    worse = series.worse
-    return cp.after > cp.before if worse == "up" else cp.after < cp.before if worse == "down" else False
-
-
-def gates(series: Series) -> bool:
-    """Whether a series can fail the gate: its metric gates, and it is not a sweep's (a sweep replays
-    releases already out: its change points are findings to explain, the nightly series gate)."""
-    return metric_info(series.metric).gates and series.sweep is None
-
-
 def explained_variant(series: Series) -> str:
     """Whose kernels explain a change: the series' variant; for the ratio, the first (the candidate)."""
     return series.variant.split("/")[0]
 
 
-def change_point_facts(series: Series, cp: ChangePoint, max_regression: float,
-                       explanation: str | None = None) -> dict[str, Any]:
+def confirmation_facts(series: Series, index: int) -> dict[str, Any] | None:
+    """A noisy change point's side-by-side run as stored, or why there is none (None: an exact series,
+    which needs no confirmation)."""
+    if series.kind == EXACT:
+        return None
+    stored = series.confirmations.get(index)
+    if stored is not None:
+        return dict(stored)
+    if series.metric.startswith("region_us:"):
+        why = "a profiled pass's time is not run again side by side (it gives structure, not timing)"
+    elif series.sweep is None or series.metric not in CONFIRMABLE:
+        why = CANNOT_RUN_AGAIN
+    else:
+        why = "not run again side by side (harness sweep --confirm)"
+    return {"status": NOT_CONFIRMED, "measured": False, "ratio": None, "ci_low": None, "ci_high": None,
+            "confidence": None, "method": None, "reason": why, "run_dir": None, "confirmed_at": None}
+
+
+def change_point_facts(series: Series, cp: ChangePoint, max_regression: float, explanation: str | None = None,
+                       acks: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One change point as history.json gives it: where, how big, which way (`way`: worse, better or
+    neither by the series' direction; `rule`: the rule that gives it), how it reads (regression,
+    improvement, change, not confirmed), its confirmation and its ack."""
     before, after = series.points[cp.index - 1], series.points[cp.index]
-    regression = is_regression(series, cp)
-    size = cp.magnitude
+    way = series.direction.way(cp.before, cp.after)
+    confirmation = confirmation_facts(series, cp.index)
+    read = reading(way, series.kind == EXACT, confirmation)
     return {
         "series": series.id, "scenario": series.scenario, "aa": series.aa, "mode": series.mode,
         "variant": series.variant, "metric": series.metric, "hardware": series.hardware,
         "sweep": series.sweep, "label_before": before.label, "label_after": after.label,
         "run": after.run, "run_key": after.run_key, "started": after.started, "index": cp.index,
-        "last_run_before": before.run,
-        "before": cp.before, "after": cp.after, "magnitude": size, "p_value": cp.p_value, "kind": cp.kind,
+        "last_run_before": before.run, "run_key_before": before.run_key,
+        "before": cp.before, "after": cp.after, "magnitude": cp.magnitude, "p_value": cp.p_value, "kind": cp.kind,
         "key_before": before.key, "key_after": after.key,
-        "regression": regression,
-        "beyond_max_regression": regression and (size is None or abs(size) >= max_regression),
+        "way": way, "rule": series.direction.rule, "reading": read,
+        "regression": read == REGRESSION,
+        "beyond_max_regression": read == REGRESSION and beyond(cp, max_regression),
+        "confirmation": confirmation, "acknowledged": (acks or {}).get(after.run_key),
         "gates": gates(series),
         "sglang_commit_before": before.sglang_commit, "sglang_commit_after": after.sglang_commit,
         "harness_commit_before": before.harness_commit, "harness_commit_after": after.harness_commit,
@@ -339,65 +281,138 @@ def _sweeps(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for name, members in sorted(by_sweep.items())]
 
 
+def _explained(series: list[Series], explainer: Explainer, max_regression: float,
+               acks: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every change point's facts with its explanation (outside sweeps by time; a sweep's in its order)."""
+    found = [(s, cp) for s in series for cp in s.change_points]
+    found.sort(key=lambda f: (f[0].sweep is not None, f[0].sweep or "", f[1].index if f[0].sweep else 0,
+                              f[0].points[f[1].index].started or "", f[0].id))
+    points = []
+    for s, cp in found:
+        explanation = _explanation_of(explainer, s, cp)
+        s.explanations.append(explanation)
+        points.append(change_point_facts(s, cp, max_regression, explanation, acks.get(s.id)))
+    return points
+
+
+def _explanation_of(explainer: Explainer, series: Series, cp: ChangePoint) -> str:
+    explanation = explainer.explanation(series.points[cp.index - 1].run_id, series.points[cp.index].run_id,
+                                        explained_variant(series))
+    if series.id not in explanation["series"]:
+        explanation["series"].append(series.id)
+    return explanation["id"]
+
+
+def _gate_facts(calls: list[GateCall], explainer: Explainer, max_regression: float, complete: int,
+                acks: dict[str, dict[str, dict[str, Any]]]) -> tuple[dict[str, Any], int]:
+    """The gate's verdict, the change points that fail it, those it cannot call (not confirmed) and
+    those a side-by-side run cleared; and its exit code."""
+    verdict, exit_code = gate_verdict(calls, complete)
+    listed: dict[str, list[dict[str, Any]]] = {FAIL: [], INCONCLUSIVE: [], PASS: []}
+    for call in calls:
+        if call.outcome == PASS and call.reason is None:
+            continue
+        facts = change_point_facts(call.series, call.change_point, max_regression,
+                                   _explanation_of(explainer, call.series, call.change_point), acks.get(call.series.id))
+        listed[call.outcome].append({**facts, "gate_reason": call.reason})
+    return {"max_regression": max_regression, "verdict": verdict, "failing": listed[FAIL],
+            "not_confirmed": listed[INCONCLUSIVE], "cleared": listed[PASS]}, exit_code
+
+
+def _readings_sentence(changes: list[dict[str, Any]]) -> str:
+    """What the directions say about the change points that share an explanation, in one sentence."""
+    said = []
+    for c in changes:
+        if c["way"] == NEITHER and not c["metric"].startswith("kernels:"):
+            continue  # an op mix, an output hash: the explanation says what changed
+        why = f"rule {c['rule']}" if c["rule"] else "no rule on it" if c["metric"].startswith("kernels:") else ""
+        confirmation = c["confirmation"]
+        if confirmation is not None and c["way"] != NEITHER:
+            why = confirmation_text(confirmation)
+        ack = f"; acknowledged: {c['acknowledged']['reason']}" if c["acknowledged"] else ""
+        size = ", ".join(([signed_pct(c["magnitude"])] if c["magnitude"] is not None else [])
+                         + ([c["way"]] if c["way"] != NEITHER else []))
+        said.append(f"{c['metric']} {fmt(c['before'], 4)} -> {fmt(c['after'], 4)}{f' ({size})' if size else ''} "
+                    f"reads as {c['reading']}"
+                    + (f" ({why})" if why else "") + ack)
+    return f"By the rules and metrics: {'; '.join(said)}." if said else ""
+
+
+def confirmation_text(confirmation: dict[str, Any]) -> str:
+    """`confirmed side by side 1.0912 [1.0500, 1.1340]`, `side by side 0.9953 [...]: why not`, or why
+    the points did not run again."""
+    if confirmation["ratio"] is None:
+        return confirmation["reason"]
+    measured = f"side by side {ratio(confirmation['ratio'])} {interval_text(confirmation['ci_low'], confirmation['ci_high'])}"
+    return f"confirmed {measured}" if confirmation["status"] == CONFIRMED else f"{measured}: {confirmation['reason']}"
+
+
+def _with_readings(explanations: list[dict[str, Any]], points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for explanation in explanations:
+        clause = _readings_sentence([c for c in points if c["explanation"] == explanation["id"]])
+        if clause:
+            explanation["sentence"] = f"{explanation['sentence']} {clause}"
+    return explanations
+
+
+def _series_facts(s: Series) -> dict[str, Any]:
+    return {"series": s.id, "scenario": s.scenario, "aa": s.aa, "mode": s.mode, "variant": s.variant,
+            "metric": s.metric, "label": metric_info(s.metric).label, "unit": metric_info(s.metric).unit,
+            "worse": s.worse, "rule": s.direction.rule, "target": s.direction.target, "kind": s.kind,
+            "gates": gates(s), "hardware": s.hardware, "sweep": s.sweep, "axis": s.axis,
+            "runs": [p.run for p in s.points], "run_keys": [p.run_key for p in s.points],
+            "values": [p.value for p in s.points], "labels": [p.label for p in s.points] if s.sweep else None,
+            "keys": [p.key for p in s.points] if s.metric == "output_hash" else None,
+            "change_points": [cp.index for cp in s.change_points], "explanations": s.explanations}
+
+
+def _run_facts(r: dict[str, Any]) -> dict[str, Any]:
+    return {"run": r["name"], "run_key": r["run_key"], "scenario": r["scenario"], "aa": bool(r["aa"]),
+            "mode": r["mode"], "status": r["status"], "reason": r["reason"], "started": r["started"],
+            "verdict": r["verdict"], "hardware": r["hardware"], "sglang_version": r["sglang_version"],
+            "sglang_commit": r["sglang_commit"], "harness_commit": r["harness_commit"], "path": r["path"],
+            "report": r["report"], "sweep": r["sweep"], "sweep_axis": r["sweep_axis"],
+            "sweep_point": r["sweep_point"], "sweep_label": r["sweep_label"], "sweep_position": r["sweep_position"]}
+
+
+def _confirmation_list(series: list[Series]) -> list[dict[str, Any]]:
+    """Every side-by-side run of two neighbouring points of a series, confirmed or not."""
+    return [{"series": s.id, "variant": s.variant, "metric": s.metric, "index": i,
+             "label_before": s.points[i - 1].label, "label_after": s.points[i].label,
+             "run_before": s.points[i - 1].run, "run": s.points[i].run,
+             "run_key_before": s.points[i - 1].run_key, "run_key_after": s.points[i].run_key,
+             "before": s.points[i - 1].value, "after": s.points[i].value, **c}
+            for s in series for i, c in sorted(s.confirmations.items())]
+
+
 def history_facts(engine: Engine, options: Options | None = None, *, max_regression: float = 0.05,
                   database: str = "", scenarios: Sequence[str] | None = None) -> dict[str, Any]:
     options = options or Options()
     runs = load_runs(engine, scenarios)
     series = load_series(engine, options, scenarios)
-    found = [(s, cp) for s in series for cp in s.change_points]
-    # Outside sweeps by time; a sweep's in its order.
-    found.sort(key=lambda f: (f[0].sweep is not None, f[0].sweep or "", f[1].index if f[0].sweep else 0,
-                              f[0].points[f[1].index].started or "", f[0].id))
+    acks = load_acks(engine)
     explainer = Explainer(engine, {r["id"]: r for r in runs})
-    points = []
-    for s, cp in found:
-        explanation = explainer.explanation(s.points[cp.index - 1].run_id, s.points[cp.index].run_id,
-                                            explained_variant(s))
-        if s.id not in explanation["series"]:
-            explanation["series"].append(s.id)
-        s.explanations.append(explanation["id"])
-        points.append(change_point_facts(s, cp, max_regression, explanation["id"]))
-    explanations = {e["id"]: e for e in explainer.all()}
-    # The gate: per series that gates, its newest change point, when that is a regression beyond the size.
-    failing = [change_point_facts(s, s.change_points[-1], max_regression,
-                                  next((c["explanation"] for c in points if c["series"] == s.id
-                                        and c["index"] == s.change_points[-1].index), None))
-               for s in series if s.change_points and gates(s)]
-    failing = [c for c in failing if c["beyond_max_regression"]]
-    complete = [r for r in runs if r["status"] == "complete"]
-    exit_code = EXIT_NO_DATA if not complete else EXIT_REGRESSION if failing else EXIT_OK
+    points = _explained(series, explainer, max_regression, acks)
+    complete = sum(r["status"] == "complete" for r in runs)
+    gate, exit_code = _gate_facts(gate_calls(series, options, max_regression, acks), explainer, max_regression,
+                                  complete, acks)
+    known = {s.id for s in series}
     return {
         "schema_version": FACTS_VERSION,
         "database": database,
         "options": {**asdict(options), "max_regression": max_regression},
         "scenarios": list(scenarios) if scenarios else None,
         "runs": {status: sum(r["status"] == status for r in runs) for status in ("complete", "incomplete", "damaged")},
-        "run_list": [
-            {"run": r["name"], "run_key": r["run_key"], "scenario": r["scenario"], "aa": bool(r["aa"]),
-             "mode": r["mode"], "status": r["status"], "reason": r["reason"], "started": r["started"],
-             "verdict": r["verdict"], "hardware": r["hardware"], "sglang_version": r["sglang_version"],
-             "sglang_commit": r["sglang_commit"], "harness_commit": r["harness_commit"], "path": r["path"],
-             "report": r["report"], "sweep": r["sweep"], "sweep_axis": r["sweep_axis"],
-             "sweep_point": r["sweep_point"], "sweep_label": r["sweep_label"], "sweep_position": r["sweep_position"]}
-            for r in runs
-        ],
+        "run_list": [_run_facts(r) for r in runs],
         "damaged": [{"run": r["name"], "status": r["status"], "reason": r["reason"], "path": r["path"]}
                     for r in runs if r["status"] != "complete"],
         "sweeps": _sweeps(runs),
-        "series": [
-            {"series": s.id, "scenario": s.scenario, "aa": s.aa, "mode": s.mode, "variant": s.variant,
-             "metric": s.metric, "label": metric_info(s.metric).label, "unit": metric_info(s.metric).unit,
-             "worse": s.worse, "kind": s.kind, "gates": gates(s), "hardware": s.hardware,
-             "sweep": s.sweep, "axis": s.axis,
-             "runs": [p.run for p in s.points], "values": [p.value for p in s.points],
-             "labels": [p.label for p in s.points] if s.sweep else None,
-             "keys": [p.key for p in s.points] if s.metric == "output_hash" else None,
-             "change_points": [cp.index for cp in s.change_points], "explanations": s.explanations}
-            for s in series
-        ],
+        "series": [_series_facts(s) for s in series],
         "change_points": points,
-        "explanations": list(explanations.values()),
-        "gate": {"max_regression": max_regression, "verdict": FAIL if failing else PASS if complete else "NO DATA",
-                 "failing": failing},
+        "explanations": _with_readings(explainer.all(), points),
+        "confirmations": _confirmation_list(series),
+        "acks": [{"series": s_id, "run_key": key, **ack} for s_id, by_run in sorted(acks.items())
+                 for key, ack in by_run.items() if s_id in known],
+        "gate": gate,
         "exit_code": exit_code,
     }

@@ -16,11 +16,15 @@ Tables (schema version in `harness_meta`):
   region_times  per run, variant and region: instances and time (the profiled trials' region_times)
   region_functions  per run, variant, region and Python function (file, name, first line): calls and
                 time over the variant's profiled trials (with_stack traces only)
-Children are written in the same transaction as their run row, so a run row means a whole run.
+  acks          per series and run: a change point marked intended (`harness history ack`): why, who, when
+  confirmations per pair of runs, variant and timing metric: the two points run again side by side
+                (`harness sweep --confirm`): confirmed or not, the interval, the run directory
+Children are written in the same transaction as their run row, so a run row means a whole run. Acks
+and confirmations name runs by `run_key`, so that re-ingesting a run (a new row id) keeps them.
 
 Version 2 added the sweep columns, the output hash, op_counts and region_times; version 3
-region_functions. An older database is migrated in place when opened (`_migrate`), and its runs are
-re-read by the next ingest.
+region_functions; version 4 the acks and confirmations. An older database is migrated in place when
+opened (`_migrate`); from a version before 3 its runs are re-read by the next ingest.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, Prog
 
 from sglang_spec_harness.errors import HarnessInputError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_DB = Path("reports") / "history.sqlite"
 DB_ENV = "HARNESS_HISTORY_DB"
 
@@ -177,10 +181,40 @@ region_functions = sa.Table(
     sa.Column("complete", sa.Boolean, nullable=False),  # the region's table lists every function that ran
 )
 
+acks = sa.Table(
+    "acks", metadata,
+    sa.Column("series_key", sa.String(64), primary_key=True),  # sha256 of `series`: ids outgrow an index
+    sa.Column("run_key", sa.String(64), primary_key=True),  # the first run after the change point
+    sa.Column("series", sa.Text, nullable=False),  # the series id as `harness history report` names it
+    sa.Column("run", sa.String(255), nullable=False),  # the run's name, for people
+    sa.Column("label", sa.String(255)),  # its sweep point's label (the release), when it is one
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("acked_by", sa.String(255), nullable=False),
+    sa.Column("acked_at", sa.String(40), nullable=False),  # ISO 8601 in UTC
+)
+
+confirmations = sa.Table(
+    "confirmations", metadata,
+    sa.Column("run_key_before", sa.String(64), primary_key=True),
+    sa.Column("run_key_after", sa.String(64), primary_key=True),
+    sa.Column("variant", sa.String(64), primary_key=True),
+    sa.Column("metric", sa.String(64), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False),  # confirmed | not confirmed
+    sa.Column("measured", sa.Boolean, nullable=False),  # whether the points ran again (else `reason` says why not)
+    sa.Column("ratio", sa.Float),  # after / before, side by side
+    sa.Column("ci_low", sa.Float),
+    sa.Column("ci_high", sa.Float),
+    sa.Column("confidence", sa.Float),
+    sa.Column("method", sa.String(64)),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("run_dir", sa.Text),  # the side-by-side run
+    sa.Column("confirmed_at", sa.String(40), nullable=False),
+)
+
 CHILD_TABLES = (variants, samples, rules, kernel_counts, op_counts, region_times, region_functions)
-# What each version added to tables that an older one had (new tables are created by create_all).
-ADDED_COLUMNS = {2: {"runs": ("sweep", "sweep_axis", "sweep_point", "sweep_label", "sweep_position"),
-                     "variants": ("output_hash", "outputs")}}
+# What version 2 added to tables that version 1 had (new tables are created by create_all).
+ADDED_IN_2 = {"runs": ("sweep", "sweep_axis", "sweep_point", "sweep_label", "sweep_position"),
+              "variants": ("output_hash", "outputs")}
 
 
 def database_url(db: str | os.PathLike | None) -> str:
@@ -223,6 +257,15 @@ def open_database(db: str | os.PathLike | None = None) -> Engine:
     return engine
 
 
+def open_existing(db: str | None) -> Engine:
+    """A database to read or add to that must be there already: a SQLite file must exist (opening one
+    creates it, which would hide a wrong path behind an empty database). Else one line."""
+    given = db if db is not None else os.environ.get(DB_ENV) or str(DEFAULT_DB)
+    if "://" not in given and not Path(given).is_file():
+        raise HarnessInputError(f"--db {given}: no such database file (create it with `harness history ingest RUN_DIR`)")
+    return open_database(given)
+
+
 def _create_schema(engine: Engine, url: str) -> None:
     # Two ingesters may create the schema at once: the loser's CREATE fails, and its retry finds it.
     for attempt in range(5):
@@ -252,28 +295,22 @@ def _create_schema(engine: Engine, url: str) -> None:
 
 
 def _migrate(engine: Engine, url: str, found: int) -> None:
-    """An older version -> this one in place: the new columns (the new tables exist already:
-    create_all). Each step
-    is idempotent (a column is added only when missing), so a migration cut short, or two processes
-    migrating at once, end in the same schema. Runs ingested before keep their rows, but their
-    fingerprints are cleared: the next ingest re-reads them, which fills the new columns and tables."""
+    """An older schema brought to this one in place. Version 1 -> 2: the new columns (the new tables
+    exist already: create_all). Before 3, the runs' fingerprints are cleared, so that the next ingest
+    re-reads them and fills the new columns and tables (region_functions). Version 3 -> 4: the acks
+    and confirmations tables, which create_all made; nothing to re-read. Each step is idempotent (a
+    column is added only when missing), so a migration cut short, or two processes migrating at once,
+    end in the same schema."""
     for attempt in range(5):
         try:
             with engine.begin() as conn:
                 version = int(conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one())
                 if version >= SCHEMA_VERSION:
                     return
-                inspector = sa.inspect(conn)
-                quote = conn.dialect.identifier_preparer.quote
-                added = [item for step, tables in ADDED_COLUMNS.items() if step > version for item in tables.items()]
-                for table_name, names in added:
-                    have = {c["name"] for c in inspector.get_columns(table_name)}
-                    table = metadata.tables[table_name]
-                    for name in names:
-                        if name not in have:
-                            kind = table.c[name].type.compile(dialect=conn.dialect)
-                            conn.execute(sa.text(f"ALTER TABLE {quote(table_name)} ADD COLUMN {quote(name)} {kind}"))
-                conn.execute(runs.update().values(fingerprint=f"migrated-from-{version}"))
+                if version < 2:
+                    _add_columns(conn, ADDED_IN_2)
+                if version < 3:
+                    conn.execute(runs.update().values(fingerprint=f"migrated-from-{version}"))
                 conn.execute(meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
             return
         except (ProgrammingError, OperationalError) as exc:
@@ -282,6 +319,18 @@ def _migrate(engine: Engine, url: str, found: int) -> None:
                 raise HarnessInputError(f"--db {display_url(url)}: cannot migrate the database from schema version "
                                         f"{found} ({str(exc.orig).strip().splitlines()[0] if exc.orig else exc})") from None
             time.sleep(0.2 * (attempt + 1))
+
+
+def _add_columns(conn: sa.Connection, added: dict[str, tuple[str, ...]]) -> None:
+    inspector = sa.inspect(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    for table_name, names in added.items():
+        have = {c["name"] for c in inspector.get_columns(table_name)}
+        table = metadata.tables[table_name]
+        for name in names:
+            if name not in have:
+                kind = table.c[name].type.compile(dialect=conn.dialect)
+                conn.execute(sa.text(f"ALTER TABLE {quote(table_name)} ADD COLUMN {quote(name)} {kind}"))
 
 
 def _unreachable(exc: Exception) -> bool:

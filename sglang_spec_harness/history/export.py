@@ -90,14 +90,8 @@ def export_table(engine: Engine) -> pd.DataFrame:
 
 
 def existing_database(db_arg: str | None) -> Engine:
-    """The database to read: a SQLite file must exist already (opening one creates it, and an export
-    of an empty database would hide a wrong path)."""
-    import os
-
-    given = db_arg if db_arg is not None else os.environ.get(db.DB_ENV) or str(db.DEFAULT_DB)
-    if "://" not in given and not Path(given).is_file():
-        raise HarnessInputError(f"--db {given}: no such database file (create it with `harness history ingest RUN_DIR`)")
-    return db.open_database(given)
+    """The database to read (an export of an empty database would hide a wrong path): `db.open_existing`."""
+    return db.open_existing(db_arg)
 
 
 def write_table(table: pd.DataFrame, fmt: str, out: Path | None) -> None:

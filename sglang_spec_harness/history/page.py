@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_spec_harness.history.figures import series_figure
+from sglang_spec_harness.history.figures import ChangeMark, series_figure
 from sglang_spec_harness.pages.figures import variant_colour
-from sglang_spec_harness.pages.numbers import MISSING, fmt, p_value, pct, per_replay, signed_pct, us
+from sglang_spec_harness.pages.numbers import MISSING, fmt, interval, p_value, pct, per_replay, ratio, signed_pct, us
 from sglang_spec_harness.pages.render import relative_link, render
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, PASS
 
-GATE_WORD = {FAIL: "REGRESSION", PASS: "NO REGRESSION", "NO DATA": "NO DATA"}
+GATE_WORD = {FAIL: "REGRESSION", INCONCLUSIVE: "NOT CONFIRMED", PASS: "NO REGRESSION", "NO DATA": "NO DATA"}
+# How a change point reads (history/direction.py) -> the pill's class: red, green, amber, grey.
+READING_CLASS = {"regression": FAIL, "improvement": PASS, "not confirmed": INCONCLUSIVE, "change": "NONE"}
 
 
 def _short(commit: str | None) -> str:
@@ -65,21 +67,35 @@ def _banner(facts: dict[str, Any]) -> dict[str, Any]:
             "database": facts["database"], "max_regression": pct(facts["options"]["max_regression"])}
 
 
-def _direction(regression: bool, worse: str | None) -> tuple[str, str]:
-    """The pill of a change point: (verdict class, word)."""
-    if regression:
-        return FAIL, "regression"
-    if worse is None:  # an output hash, an op mix: neither better nor worse
-        return "NONE", "change"
-    return PASS, "improvement"
+def reading_of(c: dict[str, Any], worse: dict[str, str | None]) -> str:
+    """How a change point reads: as the facts say; facts written before readings (history.json of
+    an older harness) by their `regression` flag and their series' direction."""
+    if c.get("reading"):
+        return c["reading"]
+    return "regression" if c["regression"] else "change" if worse.get(c["series"], "up") is None else "improvement"
+
+
+def _confirmation(c: dict[str, Any], links: _Links) -> dict[str, Any] | None:
+    """A noisy change point's side-by-side run as the page says it (None: an exact series)."""
+    found = c.get("confirmation")
+    if not found:
+        return None
+    measured = found.get("ratio") is not None
+    return {"status": found["status"], "pill": PASS if found["status"] == "confirmed" else INCONCLUSIVE,
+            "interval": f"{ratio(found['ratio'])} {interval(found['ci_low'], found['ci_high'])}" if measured else None,
+            "confidence": pct(found.get("confidence"), 0) if measured else None, "reason": found.get("reason") or "",
+            "run": links.run(Path(found["run_dir"]).name, None, found["run_dir"]) if found.get("run_dir") else None}
 
 
 def _change(c: dict[str, Any], links: _Links, worse: dict[str, str | None]) -> dict[str, Any]:
-    """One change point as the page shows it."""
+    """One change point as the page shows it: how it reads (the pill), its confirmation and its ack."""
     exact = c.get("kind") == "exact"
-    pill, word = _direction(c["regression"], worse.get(c["series"], "up"))
+    word = reading_of(c, worse)
+    ack = c.get("acknowledged")
     return {
-        "series": c["series"], "regression": c["regression"], "pill": pill, "word": word,
+        "series": c["series"], "regression": c["regression"], "pill": READING_CLASS[word], "word": word,
+        "rule": c.get("rule"), "confirmation": _confirmation(c, links), "gate_reason": c.get("gate_reason"),
+        "ack": {"reason": ack["reason"], "by": ack["by"], "at": ack["at"]} if ack else None,
         "magnitude": signed_pct(c["magnitude"]), "from_zero": c["magnitude"] is None,
         "before": fmt(c["before"], 4), "after": fmt(c["after"], 4),
         "p": "exact" if exact else "zero rule" if c["p_value"] is None else p_value(c["p_value"]),
@@ -175,8 +191,8 @@ def _series_groups(facts: dict[str, Any], links: _Links, worse: dict[str, str | 
             colour = variant_colour(s["variant"], variants) if "/" not in s["variant"] else "#57606a"
             labels = s.get("labels") if sweep else None
             svg = series_figure(
-                s["values"], [(c["index"], None if worse.get(s["series"], "up") is None else c["regression"])
-                              for c in cps], colour=colour,
+                s["values"], [ChangeMark(c["index"], reading_of(c, worse), bool(c.get("acknowledged"))) for c in cps],
+                colour=colour,
                 title=f"{s['variant']} · {s['label']}", ylabel=s["unit"] or s["metric"],
                 label=f"{s['series']}: {len(cps)} change points", xlabels=labels,
                 xlabel=AXIS_WORDS.get(s.get("axis") or "", "sweep point") if sweep else "run (oldest first)",
@@ -193,6 +209,13 @@ def _series_groups(facts: dict[str, Any], links: _Links, worse: dict[str, str | 
                        "explanations": [_explanation(explanations[i], links, names) for i in explained
                                         if i in explanations]})
     return groups
+
+
+def _side_by_side(facts: dict[str, Any], links: _Links) -> list[dict[str, Any]]:
+    """Every side-by-side run of two neighbouring points (`harness sweep --confirm`), confirmed or not."""
+    return [{"series": c["series"], "points": f"{c['label_before'] or c['run_before']} → {c['label_after'] or c['run']}",
+             "values": f"{fmt(c['before'], 4)} → {fmt(c['after'], 4)}", "confirmation": _confirmation({"confirmation": c}, links), "ack": None}
+            for c in facts.get("confirmations") or []]
 
 
 def _runs(facts: dict[str, Any], links: _Links) -> list[dict[str, Any]]:
@@ -216,8 +239,10 @@ def render_trend_page(facts: dict[str, Any], out_dir: Path) -> str:
     return render(
         "trend.html",
         title=f"{GATE_WORD[gate]} · history of {sum(facts['runs'].values())} runs",
-        banner_class={FAIL: FAIL, PASS: PASS}.get(gate, "NONE"), banner_word=GATE_WORD[gate],
+        banner_class={FAIL: FAIL, PASS: PASS, INCONCLUSIVE: INCONCLUSIVE}.get(gate, "NONE"), banner_word=GATE_WORD[gate],
         banner=_banner(facts), gate=gate, failing=[_change(c, links, worse) for c in facts["gate"]["failing"]],
+        not_confirmed=[_change(c, links, worse) for c in facts["gate"].get("not_confirmed", [])],
+        side_by_side=_side_by_side(facts, links),
         changes=[_change(c, links, worse) for c in facts["change_points"]], groups=_series_groups(facts, links, worse),
         has_series=bool(facts["series"]), runs=_runs(facts, links),
     )

@@ -216,11 +216,12 @@ def require_engine(scenario: Scenario, environment: EnvironmentRecord) -> None:
         sglang = facts.get("sglang")
         if sglang is None:
             raise HarnessInputError(f"scenario {scenario.name}: variants.{name}: SGLang is not installed for {python}{hint}")
-        wanted = scenario.server.sglang_version
+        wanted = scenario.variants[name].sglang_version or scenario.server.sglang_version
         if wanted is not None and sglang.get("version") != wanted:
             raise HarnessInputError(
                 f"scenario {scenario.name}: variants.{name}: SGLang {sglang.get('version') or '(version unknown)'} "
-                f"at {sglang['path']}, but server.sglang_version is {wanted}{hint}")
+                f"at {sglang['path']}, but {'variants.' + name if scenario.variants[name].sglang_version else 'server'}"
+                f".sglang_version is {wanted}{hint}")
         _require_draft_shape(scenario, name, facts)
 
 

@@ -18,6 +18,7 @@ interrupts the cleanup of the first; it only makes server stops skip their grace
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import signal
 import sys
@@ -201,7 +202,18 @@ def signals_raise_interrupt() -> Iterator[None]:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(coro)` for the harness: an interrupt while it runs cancels the coroutine (requests
-    in flight unwind as cancelled, never recorded as failed) and is raised once the loop is closed."""
+    in flight unwind as cancelled, never recorded as failed) and is raised once the loop is closed.
+    Called where a loop already runs in this thread (Playwright's sync API, a notebook), whose loop
+    asyncio cannot nest, it runs on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_async(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="harness-run-async") as pool:
+        return pool.submit(_run_async, coro).result()
+
+
+def _run_async(coro: Coroutine[Any, Any, T]) -> T:
     global _cancel_loop
     previous = _cancel_loop
     runner = asyncio.Runner()

@@ -1,5 +1,6 @@
 """A sweep's facts from the history database: its series, their change points and explanations,
-and its runs (what its trend page shows and sweep.json carries)."""
+their side-by-side confirmations and acks, and its runs (what its trend page shows and sweep.json
+carries)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def sweep_facts(engine: Any, result: SweepResult) -> dict[str, Any]:
     else:
         explanations = [e for e in explanations if e.get("id") in used]
     return {**facts, "series": series, "change_points": points, "explanations": explanations,
+            "confirmations": [c for c in facts.get("confirmations") or [] if c["series"] in ids],
+            "acks": [a for a in facts.get("acks") or [] if a["series"] in ids],
             "run_list": [r for r in facts["run_list"] if r.get("sweep") == name] + _not_run(result),
             "sweeps": [w for w in facts.get("sweeps") or [] if w.get("sweep") == name or w.get("name") == name],
             "damaged": [d for d in facts["damaged"] if Path(d.get("path") or "").parent.parent.name == name]}

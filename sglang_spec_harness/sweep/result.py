@@ -28,6 +28,7 @@ class SweepRequest:
     db: str | None = None  # the history database (default as `harness history`); None and ingest=False: none
     ingest: bool = True
     overrides: tuple[str, ...] = ()  # `--set PATH=VALUE` on the scenario
+    confirm: bool = False  # `--confirm`: the timing steps run again side by side (sweep/confirm.py)
 
     @property
     def axis(self) -> str:
@@ -64,6 +65,7 @@ class SweepResult:
     history: dict[str, Any] | None = None  # the sweep's change points, from the history database
     interrupted_by: int | None = None
     notes: list[str] = field(default_factory=list)  # what the sweep changed in the scenario (fixed_design)
+    confirmations: list[dict[str, Any]] = field(default_factory=list)  # --confirm: per step and metric
 
     @property
     def ran(self) -> list[PointResult]:
@@ -88,7 +90,8 @@ class SweepResult:
             "ran": [p.label for p in self.ran], "could_not_run": [{"point": p.label, "why": p.reason}
                                                                  for p in self.points if p.status in ("cannot run", "incomplete")],
             "baseline_run_dir": str(self.baseline_run_dir) if self.baseline_run_dir else None,
-            "out_dir": str(self.out_dir), "wall_s": self.wall_s, "history": self.history, "exit_code": self.exit_code,
+            "out_dir": str(self.out_dir), "wall_s": self.wall_s, "history": self.history,
+            "confirm": request.confirm, "confirmations": self.confirmations, "exit_code": self.exit_code,
         }
 
 

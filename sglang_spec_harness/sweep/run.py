@@ -22,8 +22,10 @@ points/<NN>-<label>/   a run directory per point (run.json `sweep` says which po
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,9 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
                                 f"(variants: {', '.join(scenario.variants)})")
     if bool(request.releases) == bool(request.source or request.revisions):
         raise HarnessInputError("give --sglang-releases A..B, or --source REPO --revisions REV...")
+    if request.confirm and not request.ingest:
+        raise HarnessInputError("--confirm reads the sweep's series from the history database and keeps what it "
+                                "finds there: drop --no-history")
     repo: Repo | None = None
     if request.axis == "git_revision":
         if request.source is None or len(request.revisions) < 1:
@@ -115,6 +120,8 @@ def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> S
             sweep.save()
             if sweep.run_baseline():
                 sweep.run(result.points)
+                if request.confirm:
+                    sweep.confirm()
         except KeyboardInterrupt as exc:
             result.interrupted_by = interrupt_signum(exc)
             result.status = "interrupted"
@@ -226,6 +233,44 @@ class _Sweep:
         else:
             point.status, point.reason = "cannot run", outcome.reason.removeprefix("run incomplete: ")
         self._ingest(run_dir)
+
+    def confirm(self) -> None:
+        """--confirm: the steps of the variant's timing series run again side by side, each outcome kept
+        in the history database as soon as it exists (sweep/confirm.py)."""
+        if self.engine is None or len(self.result.ran) < 2:
+            return
+        from sglang_spec_harness.history.marks import store_confirmations
+        from sglang_spec_harness.sweep.confirm import confirm_steps, statistics, steps_to_confirm
+
+        steps = steps_to_confirm(sweep_facts(self.engine, self.result), self.variant)
+        self.progress.note(f"--confirm: {len(steps)} step(s) to run again side by side")
+
+        def store(rows: list[dict[str, Any]]) -> None:
+            store_confirmations(self.engine, rows)
+            self.result.confirmations += rows
+            self.save()
+
+        # the statistics of the scenario as written: the sweep's own copy keeps only its exact rules
+        written = load_scenario(self.runner.scenario_path, self.result.request.overrides)
+        confirm_steps(steps, scenario=self.scenario, scenario_path=self.runner.scenario_path, variant=self.variant,
+                      out_dir=self.result.out_dir, judged_by=statistics(written), scenario_at=self._point_scenario,
+                      store=store,
+                      progress=self.progress.run, say=self.progress.note)
+
+    @contextlib.contextmanager
+    def _point_scenario(self, label: str, tag: str) -> Iterator[Scenario]:
+        """The scenario with the variant at the point of this label, set up again (a release's cached
+        environment, or a worktree of the commit, removed afterwards)."""
+        point = next(p for p in self.result.points if p.label == label)
+        if self.provider is not None:
+            yield at_release(self.scenario, self.variant, self.provider.prepare(point.point, self.progress.note))
+            return
+        assert self.worktrees is not None and self.repo is not None
+        worktree = self.worktrees.add(point.point, f"side-by-side-{tag}-{point.point[:12]}")
+        try:
+            yield at_commit(self.scenario, self.variant, self.repo.root, worktree, f"commit {point.label}")
+        finally:
+            self.worktrees.remove(worktree)
 
     def _ingest(self, run_dir: Path) -> None:
         if self.engine is None:

@@ -4,7 +4,7 @@
 The repository's commits carry `python/bisect_demo_patch.py`, which the candidate imports through
 `pythonpath:` and `patches:`: CLEAN changes nothing, SOFTMAX_BACK makes the micro server select draft
 tokens without the fast path (the softmax is back in the draft), BROKEN does not import (the server
-cannot start).
+cannot start), SLOWER makes every draft-decode cycle 20 ms slower (a timing change, no kernel moves).
 """
 
 from __future__ import annotations
@@ -33,6 +33,22 @@ def _softmax_always(logits, topk, fast_path):
 _engine.select_draft_tokens = _softmax_always
 '''
 BROKEN = '"""bisect demo patch, revision {i}: does not import."""\nraise ImportError("revision {i} is broken")\n'
+SLOWER = '''"""bisect demo patch, revision {i}: every draft-decode cycle 20 ms slower (a busy wait)."""
+import time
+
+import sglang_spec_harness.micro.engine as _engine
+
+REVISION = {i}
+
+
+def _twenty_ms(self):
+    end = time.perf_counter_ns() + 20_000_000
+    while time.perf_counter_ns() < end:
+        pass
+
+
+_engine.MicroEngine._inject_delay = _twenty_ms
+'''
 
 
 def git(repo: Path, *args: str) -> str:

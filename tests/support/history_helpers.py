@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from sglang_spec_harness.verdict.judge import check_run_dir
-from support.rundir_factory import Arm, file_facts, write_run_dir
+from support.rundir_factory import SCENARIO, Arm, count_row, file_facts, write_run_dir
 
 START = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 
@@ -328,3 +328,61 @@ def insert_as_v1(url: str, record) -> None:
                 conn.execute(table.insert(), [{k: v for k, v in {**r, "run_id": run_id}.items() if k in table.c}
                                               for r in rows])
     engine.dispose()
+
+
+# ---- the committed release sweep, replayed as planted runs ------------------------------------------
+
+
+RELEASE_SWEEP_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "sglang_release_sweep.json"
+RELEASE_SWEEP_YAML = Path(__file__).resolve().parents[2] / "scenarios" / "sglang_cpu_release_sweep.yaml"
+
+
+def release_sweep_runs(root: Path, rule_names: list[str] | None = None, name: str = "20261203-100000-release_sweep") -> list[Path]:
+    """benchmarks/sglang_release_sweep.json's releases as one planted sweep: per release the candidate's
+    softmax and argmax per replay in DRAFT_DECODE and DRAFT_EXTEND and its TPOT, as that sweep measured
+    them; the baseline's as the patched 0.5.23 (softmax 4 / 1). The rules are the shipped release
+    scenario's kernel_count rules (only those named in `rule_names` when given: the committed sweep
+    ran before the argmax rule existed), checked by the real rule evaluators."""
+    import yaml
+
+    from sglang_spec_harness.rundir import RunRecord, SweepPoint, read_record, write_record
+
+    shipped = yaml.safe_load(RELEASE_SWEEP_YAML.read_text())
+    rules = [r for r in shipped["rules"] if r["kind"] == "kernel_count" and (rule_names is None or r["name"] in rule_names)]
+    scenario = {**SCENARIO, "name": shipped["name"], "patterns": shipped["patterns"], "rules": rules}
+    releases = json.loads(RELEASE_SWEEP_JSON.read_text())["releases"]
+    runs = []
+    for position, release in enumerate(releases):
+        counts = {region: release["regions"][region]["per_replay"] for region in ("DRAFT_DECODE", "DRAFT_EXTEND")}
+        candidate = _with_argmax(file_facts(softmax_per_replay=counts["DRAFT_DECODE"]["softmax"], cpu=True), counts)
+        baseline = _with_argmax(file_facts(softmax_per_replay=4, cpu=True), {})
+        rng = np.random.default_rng(position)
+        tpot = release["tpot_ms"]
+        run = write_run_dir(root / "work" / release["release"],
+                            Arm(tpot_ms=list(190.0 * (1 + 0.02 * rng.standard_normal(2))), profile=[baseline]),
+                            Arm(tpot_ms=list(tpot * (1 + 0.02 * rng.standard_normal(2))), profile=[candidate]),
+                            scenario=scenario)
+        target = root / name / "points" / f"{position:02d}-{release['release']}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(run, target)
+        record = read_record(target / "run.json", RunRecord)
+        record.started = (START + timedelta(minutes=3 * position)).isoformat()
+        record.sweep = SweepPoint(sweep=name, axis="sglang_release", point=release["release"], label=release["release"],
+                                  position=position)
+        write_record(target / "run.json", record)
+        check_run_dir(target)
+        runs.append(target)
+    return runs
+
+
+def _with_argmax(facts: dict, counts: dict[str, dict[str, int]]) -> dict:
+    """The file facts with an `argmax` row per draft region (TARGET_VERIFY: none)."""
+    unit = facts["counts"][0]["unit"]
+    replays = facts["counts"][0]["replays"]
+    for region in ("DRAFT_DECODE", "DRAFT_EXTEND", "TARGET_VERIFY"):
+        per = counts.get(region, {}).get("argmax", 0)
+        row = count_row(region, unit, "argmax", [per] * replays)
+        row["matched_names"] = {"aten::argmax": row["total"]} if per else {}
+        facts["counts"].append(row)
+        facts["regions"][region]["counts"]["argmax"] = row
+    return facts
