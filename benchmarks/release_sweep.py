@@ -87,14 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--screenshot", type=Path, help="also save a screenshot of the sweep's trend page (Chromium)")
     parser.add_argument("--repetitions", type=int, default=None,
                         help="timed blocks per arm and release instead of the scenario's (recorded in the output)")
+    parser.add_argument("--models", type=Path, default=None,
+                        help="a folder of tiny models (target/, draft/, models.json) instead of .sglang-cpu/models")
     args = parser.parse_args(argv)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     scenario = SCENARIO
-    if args.repetitions is not None:
-        # the shipped scenario with its paths made absolute, only the number of timed blocks changed
+    if args.repetitions is not None or args.models is not None:
+        # the shipped scenario with its paths made absolute, only the timed blocks or the models changed
         data = yaml.safe_load(scenario_to_yaml(load_scenario(SCENARIO)))
-        data["trials"]["repetitions"] = args.repetitions
+        if args.repetitions is not None:
+            data["trials"]["repetitions"] = args.repetitions
+        if args.models is not None:
+            data["server"].update(model_path=str(args.models.resolve() / "target"),
+                                  draft_model_path=str(args.models.resolve() / "draft"))
         scenario = work / SCENARIO.name
         scenario.write_text(yaml.safe_dump(data, sort_keys=False))
     db = work / "history.sqlite"
@@ -110,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({SCENARIO.relative_to(REPO)}); produced by benchmarks/release_sweep.py",
         "command": f"harness sweep {SCENARIO.relative_to(REPO)} --sglang-releases {args.releases}",
         "repetitions": load_scenario(scenario).trials.repetitions,
+        "models": json.loads(((args.models or PREFIX / "models") / "models.json").read_text()),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "python": platform.python_version(),
                     "memory_copy_gb_s": copy_speed},
