@@ -9,7 +9,8 @@ SCHEMA_NAMES = ("scenario", "results", "analysis")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="*", metavar="FILE", help="scenario YAML files")
+    parser.add_argument("files", nargs="*", metavar="FILE",
+                        help="scenario YAML files, or shipped scenarios' names (e.g. micro_topk1), as `harness run` takes them")
     parser.add_argument("--schema", nargs="?", const="scenario", choices=SCHEMA_NAMES, metavar="NAME",
                         help="print a JSON Schema and exit: of scenario files (the default), or of a run directory's "
                              "results.json or analysis.json (NAME: scenario, results, analysis)")
@@ -18,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from sglang_spec_harness.errors import HarnessInputError
     from sglang_spec_harness.scenario import load_scenario, scenario_json_schema
+    from sglang_spec_harness.shipped import scenario_path
 
     if args.schema == "scenario":
         print(scenario_json_schema())
@@ -29,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.files:
         raise HarnessInputError("give at least one scenario FILE (or --schema)")
-    for path in args.files:
+    for argument in args.files:
+        path = scenario_path(argument)  # a file of that name wins over a shipped scenario's name
         s = load_scenario(path)
         trials = s.trials
         if trials.warm:
