@@ -23,6 +23,7 @@ SCHEMAS: dict[Path, Callable[[], str]] = {
     REPO / "scenarios" / "scenario.schema.json": scenario_json_schema,
     REPO / "docs" / "schemas" / "results.schema.json": lambda: record_json_schema("results"),
     REPO / "docs" / "schemas" / "analysis.schema.json": lambda: record_json_schema("analysis"),
+    REPO / "docs" / "schemas" / "run.schema.json": lambda: record_json_schema("run"),
 }
 
 

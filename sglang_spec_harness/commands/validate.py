@@ -1,19 +1,21 @@
 """`harness validate FILE...`: check scenario files without running anything. `--schema [NAME]` prints
-the JSON Schema of scenario files, or of a run directory's results.json / analysis.json."""
+the JSON Schema of scenario files, of a run directory's results.json / analysis.json, or of `harness
+run --json`'s output."""
 
 from __future__ import annotations
 
 import argparse
 
-SCHEMA_NAMES = ("scenario", "results", "analysis")
+SCHEMA_NAMES = ("scenario", "results", "analysis", "run")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", metavar="FILE",
                         help="scenario YAML files, or shipped scenarios' names (e.g. micro_topk1), as `harness run` takes them")
     parser.add_argument("--schema", nargs="?", const="scenario", choices=SCHEMA_NAMES, metavar="NAME",
-                        help="print a JSON Schema and exit: of scenario files (the default), or of a run directory's "
-                             "results.json or analysis.json (NAME: scenario, results, analysis)")
+                        help="print a JSON Schema and exit: of scenario files (the default), of a run directory's "
+                             "results.json or analysis.json, or of `harness run --json`'s output (NAME: scenario, results, "
+                             "analysis, run)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@
   checks, lenient for the report and the history), `read_record`, `read_json`, `validated`, `inside`,
   and the readers' one size cap (`MAX_FILE_BYTES`) and idea of a valid number (`valid_number`)
 - `migrations`: records of older schema versions brought to the current one on load
+- `run_outcome`: `harness run --json`'s object (`RunOutcome`), which is not a file of the run directory
+- `schemas`: the JSON Schemas generated from these models (docs/schemas/)
 """
 
 from sglang_spec_harness.rundir.models import (

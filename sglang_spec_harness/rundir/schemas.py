@@ -1,5 +1,6 @@
 """JSON Schemas of the run directory's results.json and analysis.json, generated from the pydantic
-models that the harness itself reads them with (sglang_spec_harness.rundir.models), for tools outside the harness
+models that the harness itself reads them with (sglang_spec_harness.rundir.models), and of `harness run
+--json`'s object (sglang_spec_harness.rundir.run_outcome), for tools outside the harness
 (dashboards, CI jobs, other languages). The committed copies are docs/schemas/*.schema.json;
 `scripts/json_schemas.py` regenerates them and `make lint` fails when they differ from the models.
 
@@ -16,13 +17,15 @@ import json
 from pydantic import BaseModel
 
 from sglang_spec_harness.rundir.models import AnalysisRecord, CheckResults
+from sglang_spec_harness.rundir.run_outcome import RunOutcome
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"  # the draft pydantic generates
-RECORD_MODELS: dict[str, type[BaseModel]] = {"results": CheckResults, "analysis": AnalysisRecord}
+RECORD_MODELS: dict[str, type[BaseModel]] = {"results": CheckResults, "analysis": AnalysisRecord, "run": RunOutcome}
 
 
 def record_json_schema(name: str) -> str:
-    """The JSON Schema of `<name>.json` in a run directory (`results` or `analysis`), as text."""
+    """The JSON Schema of `<name>.json` in a run directory (`results` or `analysis`), or of `harness
+    run --json`'s object (`run`), as text."""
     schema = RECORD_MODELS[name].model_json_schema(mode="validation")
     # `$schema` first: validators pick the draft from it
     return json.dumps({"$schema": DRAFT, **schema}, indent=2)
