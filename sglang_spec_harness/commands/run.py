@@ -202,7 +202,7 @@ def print_outcome(outcome: RunOutcome) -> None:
     elif outcome.status != "complete":
         if outcome.evaluation_error is not None:  # the run's own error below is what matters
             print(f"harness run: verdict/report of the incomplete run failed: {outcome.evaluation_error}", file=sys.stderr)
-        for line in outcome.run.log_tail[-10:]:
+        for line in (outcome.run.log_tail if outcome.run is not None else [])[-10:]:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)
         print(f"harness run: INCONCLUSIVE (run incomplete): {outcome.error}{where}", file=sys.stderr)
     elif outcome.evaluation_error is not None:  # e.g. the disk filled up after the last trial: the measurements are whole

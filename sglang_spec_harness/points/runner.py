@@ -79,7 +79,8 @@ class PointRunner:
         if outcome.interrupted_by is not None:  # the run stopped its servers; unwind the caller too
             raise interrupt_exception(outcome.interrupted_by)
         if outcome.status != "complete":
-            return PointOutcome(run_dir, INCONCLUSIVE, f"run incomplete: {why_it_stopped(outcome.run)}", complete=False)
+            why = why_it_stopped(outcome.run) if outcome.run is not None else outcome.error
+            return PointOutcome(run_dir, INCONCLUSIVE, f"run incomplete: {why}", complete=False)
         if outcome.results is None:  # a complete run whose checks or report could not be written
             return PointOutcome(run_dir, INCONCLUSIVE, f"not checked: {outcome.evaluation_error}", complete=False)
         return PointOutcome(run_dir, outcome.results.verdict, first_reason(outcome.results), complete=True)
