@@ -401,10 +401,6 @@ class ValiditySpec(_Strict):
     )
 
 
-# Runner labels every self-hosted GPU runner of the workflows carries; the machine kind (hardware.runners) is added.
-GPU_RUNNER_BASE_LABELS = ("self-hosted", "linux", "gpu")
-
-
 class HardwareSpec(_Strict):
     """The machine a scenario needs. CI reads it (`harness scenario-info`) to pick runners: one job
     per label in `runners`, so that a scenario never lands on a machine that cannot run it."""
@@ -414,9 +410,9 @@ class HardwareSpec(_Strict):
     gpus: int = Field(0, ge=0, description="GPUs one run needs at least (tensor parallelism); 0 for cpu")
     runners: list[str] = Field(
         default_factory=list,
-        description="runner labels of the machine kinds that meet these needs (e.g. [b200, b300] for NVFP4, which "
-        "needs Blackwell): one CI job per label. A GPU job runs on [self-hosted, linux, gpu, LABEL]; a cpu job on "
-        "[LABEL] (default ubuntu-latest)")
+        description="runner labels of the machine kinds that meet these needs, as the CI that runs the scenario "
+        "names its runners (SGLang's CI: one label per runner, e.g. [4-gpu-b200, 8-gpu-b200] for NVFP4, which needs "
+        "Blackwell): one CI job per label, on `runs-on: LABEL` as given (default for a cpu scenario: ubuntu-latest)")
 
     @field_validator("runners")
     @classmethod
@@ -439,10 +435,9 @@ class HardwareSpec(_Strict):
         return self
 
     def runs_on(self) -> list[tuple[str, list[str]]]:
-        """(label, the job's `runs-on` labels) per machine kind."""
-        if self.accelerator == "cpu":
-            return [(label, [label]) for label in (self.runners or ["ubuntu-latest"])]
-        return [(label, [*GPU_RUNNER_BASE_LABELS, label]) for label in self.runners]
+        """(label, the job's `runs-on` labels) per machine kind: the label alone, as given. SGLang's
+        runners each carry one label that names the machine (scripts/ci/runner_configs.yml there)."""
+        return [(label, [label]) for label in (self.runners or ["ubuntu-latest"])]
 
 
 class Scenario(_Strict):
