@@ -228,6 +228,19 @@ class TrialsSpec(_Strict):
         None, description="interleaved mode: an adaptive design: trials.repetitions rounds first, then looks after "
         "each stage until the TPOT rule is decisive or the budget is spent (absent: the fixed design)"
     )
+    only: Literal["exact"] | None = Field(
+        None, description="exact: the profiled passes only, no timed rounds (so no budget either): the exact rules "
+        "(kernel counts, accept length and outputs from the passes) are judged, the timing rules (tpot_gain, "
+        "explained_gain) are reported NOT_RUN; `harness run --only exact` sets it. Null: the whole design"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exact_only_has_no_budget(cls, data: Any) -> Any:
+        # The budget governs the timed rounds; an exact-only run has none (and its plan must not grow).
+        if isinstance(data, dict) and data.get("only") == "exact" and data.get("budget") is not None:
+            return {**data, "budget": None}
+        return data
 
     @property
     def warm(self) -> bool:
@@ -255,6 +268,8 @@ class TrialsSpec(_Strict):
 
     @model_validator(mode="after")
     def _warm_fields(self) -> TrialsSpec:
+        if self.only == "exact" and not self.profiled:
+            raise _LocatedError("trials.only", "exact runs the profiled passes only: trials.profiled must be at least 1")
         for name in ("launches", "block_requests"):
             if not self.warm and getattr(self, name) is not None:
                 raise _LocatedError(f"trials.{name}", "only for mode interleaved or sequential (restart launches once per sample)")

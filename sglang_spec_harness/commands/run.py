@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the server commands; start nothing")
     parser.add_argument("--repetitions", type=_positive_int, metavar="N", help="timed trials per variant (overrides the scenario)")
+    parser.add_argument("--only", choices=["exact"],
+                        help="exact: the profiled passes and the exact rules only, no timed rounds (trials.only: exact): "
+                        "kernel counts, accept length and outputs are judged, the timing rules are reported NOT_RUN")
     add_set_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
     parser.add_argument("--json", action="store_true",
@@ -78,9 +81,10 @@ def print_plan(scenario: Any, result: Any, *, aa: bool) -> None:
     else:
         blocks = sum(1 for t in trials if t.kind == "timed")
         own = sum(1 for t in trials if t.launch is None)
+        timing = ("exact only: no timed rounds" if spec.only == "exact" else
+                  f"{spec.repetitions} rounds of one block of {block_size(scenario)} requests per arm ({blocks} blocks)")
         print(f"{head}: {len(result.launches) + own} server launches ({spec.launches_per_arm} per arm"
-              f"{f', plus {own} for nsys-profiled passes' if own else ''}), {spec.repetitions} rounds of one "
-              f"block of {block_size(scenario)} requests per arm ({blocks} blocks), {len(trials) - blocks} profiled passes")
+              f"{f', plus {own} for nsys-profiled passes' if own else ''}), {timing}, {len(trials) - blocks} profiled passes")
         together = ("one server at a time" if result.mode == "sequential" else "one launch per arm up at a time"
                     if spec.servers_up == "pair" else "all up at once, started together")
         print(f"launches ({together}):")
@@ -221,7 +225,7 @@ def _run(args: argparse.Namespace, facts: dict[str, Any]) -> int:
     from sglang_spec_harness.shipped import scenario_path as resolve_scenario
 
     scenario_path = resolve_scenario(args.scenario)
-    scenario = load_scenario(scenario_path, args.overrides)
+    scenario = load_scenario(scenario_path, [*args.overrides, *([f"trials.only={args.only}"] if args.only else [])])
     if args.repetitions is not None:
         scenario = scenario.model_copy(
             update={"trials": scenario.trials.model_copy(update={"repetitions": args.repetitions})}

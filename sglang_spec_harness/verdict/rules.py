@@ -55,7 +55,8 @@ from sglang_spec_harness.scenario import (
 )
 from sglang_spec_harness.traces.schema import CountRow, FileAnalysis
 from sglang_spec_harness.verdict import stats
-from sglang_spec_harness.vocabulary import CYCLE_REGION, FAIL, INCONCLUSIVE, INFO, PASS, Verdict, overall_verdict
+from sglang_spec_harness.vocabulary import (CYCLE_REGION, FAIL, INCONCLUSIVE, INFO, NOT_RUN, PASS, Verdict, is_timing_kind,
+                                            overall_verdict)
 
 # Rule kinds whose bounds are all optional: kind -> the bound fields. Kinds not listed always have
 # a bound (a required one, or a default that can fail); a rule with every bound unset is INFO.
@@ -264,19 +265,23 @@ def evaluate_kernel_count(run: RunDir, check: KernelCountCheck) -> KernelCountRe
 
 # The per-trial numbers the rules take from the timed trials' summaries (trial.json `summary`).
 SummaryMetric = Literal["median_tpot_ms", "accept_length"]
+TrialKind = Literal["timed", "profiled"]
 
 
-def timed_values(run: RunDir, variant: str, metric: SummaryMetric) -> list[float]:
-    values = (getattr(trial.summary, metric) for trial in run.trials_of(variant, "timed"))
+def timed_values(run: RunDir, variant: str, metric: SummaryMetric, kind: TrialKind = "timed") -> list[float]:
+    values = (getattr(trial.summary, metric) for trial in run.trials_of(variant, kind))
     return [float(value) for value in values if value is not None]
 
 
 def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> AcceptLengthResult:
-    base = timed_values(run, check.baseline, "accept_length")
-    cand = timed_values(run, check.candidate, "accept_length")
+    # Acceptance does not depend on the profiler: a run without timed trials of both arms (an
+    # exact-only run, a bisection step) is judged on its profiled passes, as the outputs are.
+    source = output_source(run, check.baseline, check.candidate)
+    base = timed_values(run, check.baseline, "accept_length", source)
+    cand = timed_values(run, check.candidate, "accept_length", source)
     preconditions = [
-        Precondition(f"{check.baseline}: accept lengths", len(base) > 0, f"{len(base)} timed trial(s) with spec_verify_ct > 0"),
-        Precondition(f"{check.candidate}: accept lengths", len(cand) > 0, f"{len(cand)} timed trial(s) with spec_verify_ct > 0"),
+        Precondition(f"{check.baseline}: accept lengths", len(base) > 0, f"{len(base)} {source} trial(s) with spec_verify_ct > 0"),
+        Precondition(f"{check.candidate}: accept lengths", len(cand) > 0, f"{len(cand)} {source} trial(s) with spec_verify_ct > 0"),
     ]
     numbers = AcceptLengthNumbers(baseline=base, candidate=cand, rel_tolerance=check.rel_tolerance, min=check.min)
     blocked = _failed_preconditions(preconditions)
@@ -288,18 +293,36 @@ def evaluate_accept_length(run: RunDir, check: AcceptLengthCheck) -> AcceptLengt
             if low < check.min:
                 return _result(AcceptLengthResult, check, FAIL, f"{name} accept length {low:.3f} is below the floor {check.min}",
                                numbers, preconditions)
-    pairs = timed_pairs(run, check.baseline, check.candidate, "accept_length") if run.warm else None
+    pairs = timed_pairs(run, check.baseline, check.candidate, "accept_length") if run.warm and source == "timed" else None
+    by_request = _request_accept_pairs(run, check.baseline, check.candidate) if source == "profiled" else ([], [])
     if pairs is not None and len(pairs.repetitions) >= 2:
         # The blocks of a round carry the same prompts; different rounds, different prompts.
         decision = stats.paired_equivalence_within(pairs.baseline, pairs.candidate,
                                                    rel_tolerance=check.rel_tolerance, confidence=check.confidence)
         numbers = numbers.updated(pairs=len(pairs.repetitions))
+    elif len(by_request[0]) >= 2:
+        # Profiled passes: one per arm, the same prompts at the same indices: each request is a pair.
+        decision = stats.paired_equivalence_within(*by_request, rel_tolerance=check.rel_tolerance,
+                                                   confidence=check.confidence)
+        numbers = numbers.updated(pairs=len(by_request[0]))
     else:
         decision = stats.equivalence_within(base, cand, rel_tolerance=check.rel_tolerance, confidence=check.confidence)
     est = decision.estimate
     numbers = numbers.updated(ratio=est.ratio, ci_low=est.ci_low, ci_high=est.ci_high, exact=decision.exact,
                               confidence=check.confidence)
     return _result(AcceptLengthResult, check, decision.verdict, decision.reason, numbers, preconditions)
+
+
+def _request_accept_pairs(run: RunDir, baseline: str, candidate: str) -> tuple[list[float], list[float]]:
+    """The accept length of each measured request of the profiled passes, paired across the arms by
+    (pass, prompt index): (baseline's, candidate's), requests without a verify step left out."""
+    def by_key(variant: str) -> dict[tuple[int | None, int], float]:
+        return {(trial.record.repetition, row.index): row.completion_tokens / row.spec_verify_ct
+                for trial in run.trials_of(variant, "profiled") for row in trial.requests
+                if not row.error and row.spec_verify_ct and row.completion_tokens is not None}
+    base, cand = by_key(baseline), by_key(candidate)
+    keys = sorted(base.keys() & cand.keys(), key=lambda k: (k[0] or 0, k[1]))
+    return [base[k] for k in keys], [cand[k] for k in keys]
 
 
 def outputs_by_index(trial: StoredTrial) -> dict[int, list[int]]:
@@ -315,11 +338,12 @@ def _first_difference(a: list[int], b: list[int]) -> int:
     return min(len(a), len(b))
 
 
-def output_source(run: RunDir, baseline: str, candidate: str) -> str:
-    """Which trials' outputs the identity rule compares: the timed ones, or the profiled passes when
-    the run did not plan timed trials of both arms (a subset of the plan: a bisection step, or a
-    sweep's point, whose timed blocks are the candidate's alone). Profiled passes send the same
-    prompts in both arms (same request indices), and greedy outputs do not depend on the profiler."""
+def output_source(run: RunDir, baseline: str, candidate: str) -> TrialKind:
+    """Which trials' outputs (and accept lengths) the comparison rules read: the timed ones, or the
+    profiled passes when the run did not plan timed trials of both arms (a subset of the plan: a
+    bisection step, a sweep's point, whose timed blocks are the candidate's alone; an exact-only
+    run). Profiled passes send the same prompts in both arms (same request indices), and greedy
+    outputs and their acceptance do not depend on the profiler."""
     planned = {(entry.variant, entry.kind) for entry in run.run.plan}
     if (baseline, "timed") in planned and (candidate, "timed") in planned:
         return "timed"
@@ -841,6 +865,13 @@ def _as_information(result: RuleResult, unset: list[str]) -> RuleResult:
     return result
 
 
+def _as_not_run(result: RuleResult) -> RuleResult:
+    """A timing rule of an exact-only run (`trials.only: exact`): it had no timed rounds to judge."""
+    result.reason = "not run: the run was exact-only (trials.only: exact, harness run --only exact): no timed rounds"
+    result.verdict = NOT_RUN
+    return result
+
+
 EVALUATORS: dict[str, Callable[[RunDir, Any], RuleResult]] = {
     "kernel_count": evaluate_kernel_count,
     "accept_length": evaluate_accept_length,
@@ -981,10 +1012,13 @@ def evaluate_run(run: RunDir) -> CheckResults:
             if isinstance(check, (AcceptLengthCheck, OutputIdentityCheck)):
                 rules.append(EVALUATORS[check.kind](run, check))
     else:
+        exact_only = run.scenario.trials.only == "exact"
         for check in run.scenario.checks:
             result = EVALUATORS[check.kind](run, check)
             unset = informational(check)
-            rules.append(_as_information(result, unset) if unset else result)
+            if exact_only and is_timing_kind(check.kind):
+                result = _as_not_run(result)
+            rules.append(_as_information(result, unset) if unset and result.verdict != NOT_RUN else result)
     variants = {
         name: {
             "timed_trials": [t.name for t in run.trials_of(name, "timed")],
