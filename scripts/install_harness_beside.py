@@ -55,7 +55,12 @@ class BesideError(Exception):
 def _run(argv: list[str], what: str) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
-        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+        lines = [line.strip() for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+        # pip's resolver says which requirement met which pin after this line: that is the news
+        if "The conflict is caused by:" in lines:
+            start = lines.index("The conflict is caused by:") + 1
+            cause = [line for line in lines[start:start + 8] if "depends on" in line or "requested" in line]
+            raise BesideError(f"{what}: a requirement of the harness meets a pin of SGLang's: {'; '.join(cause)}")
         raise BesideError(f"{what} failed (exit {proc.returncode}): {' / '.join(lines[-3:]) or 'no output'}")
     return proc.stdout
 
@@ -87,7 +92,7 @@ def install(sglang_python: str, python: Path, pins: dict[str, str], extras: str)
                         if name != "sglang-spec-harness"))
     target = f"{REPO}[{extras}]" if extras else str(REPO)
     try:
-        _run([sglang_python, "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check", "--quiet",
+        _run([sglang_python, "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check",
               "--constraint", f.name, "-e", target],
              f"pip install -e {target} with SGLang's {len(pins)} distributions pinned")
     finally:

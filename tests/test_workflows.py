@@ -6,6 +6,7 @@ failing the job and INCONCLUSIVE warning. The shell steps that decide this are r
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -450,3 +451,48 @@ def test_plan_step_refuses_inputs_that_are_not_paths_or_labels(tmp_path, workflo
     assert ok.returncode == 0 and (tmp_path / "out").read_text().startswith("matrix=make -s runner-matrix")
     bad = _bash(run, tmp_path, {**env, "SCENARIO": "$(shell id)", "RUNNER": ""})
     assert bad.returncode != 0 and "not a scenario path or runner label" in bad.stdout
+
+
+# ---- the caller example in docs/gpu.md ------------------------------------------------------------
+
+
+def _doc_workflows():
+    spec = importlib.util.spec_from_file_location("doc_workflows", REPO / "scripts" / "doc_workflows.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_documented_caller_calls_the_workflow_with_its_inputs_and_make_lint_checks_it():
+    blocks = _doc_workflows().workflow_blocks((REPO / "docs" / "gpu.md").read_text())
+    assert [name for name, _, _ in blocks] == ["pr-test-spec-harness.yml"]
+    caller = yaml.safe_load(blocks[0][2])
+    caller["on"] = caller.pop(True, caller.get("on"))
+    (job,) = caller["jobs"].values()
+    assert re.fullmatch(r"OWNER/sglang-spec-harness/\.github/workflows/gpu-regression\.yml@[0-9a-f]{40}", job["uses"])
+    call = load(GPU)["on"]["workflow_call"]
+    assert set(job["with"]) <= set(call["inputs"]) and "runs_on" in job["with"]
+    assert json.loads(job["with"]["runs_on"]) == ["1-gpu-h100"]
+    assert set(job["secrets"]) <= set(call["secrets"])
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write"} and caller["permissions"] == {"contents": "read"}
+    makefile = (REPO / "Makefile").read_text()
+    assert "$(BIN)/python scripts/doc_workflows.py --check docs/gpu.md" in makefile.split("\nlint:", 1)[1].split("\n\n")[0]
+
+
+def test_the_doc_check_fails_on_a_broken_example_and_on_none(tmp_path):
+    if not (Path(sys.executable).parent / "actionlint").exists():
+        pytest.skip("actionlint is not installed (the `lint` extra)")
+    # a called workflow by branch, not by commit (zizmor), and a permission that does not exist (actionlint)
+    broken = (REPO / "docs" / "gpu.md").read_text().replace("@0123456789abcdef0123456789abcdef01234567 # v0.2.0", "@main")
+    broken = broken.replace("      pull-requests: write # only", "      pull-request: write # only")
+    (tmp_path / "broken.md").write_text(broken)
+    (tmp_path / "none.md").write_text("# nothing\n")
+    script = str(REPO / "scripts" / "doc_workflows.py")
+    bad = subprocess.run([sys.executable, script, "--check", str(tmp_path / "broken.md")], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 1 and "the block pr-test-spec-harness.yml" in bad.stderr
+    assert "unpinned-uses" in bad.stderr and "pull-request" in bad.stderr
+    none = subprocess.run([sys.executable, script, "--check", str(tmp_path / "none.md")], capture_output=True, text=True,
+                          timeout=60)
+    assert none.returncode == 1 and "no workflow to check" in none.stderr
