@@ -33,7 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # What the interpreter given sees, first occurrence of a name wins (as an import would).
 SNAPSHOT = r"""
-import importlib.metadata as m, json, re
+import importlib.metadata as m, json, re, sys
+sys.path = [p for p in sys.path if p]  # not the working directory: a checkout's *.egg-info is not installed
 seen = {}
 for dist in m.distributions():
     name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()

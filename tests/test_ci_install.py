@@ -164,3 +164,18 @@ def test_harness_beside_needs_sglang(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "has no sglang installed: run SGLang's install first" in done.stderr
     assert not (tmp_path / "v").exists()
+
+
+def test_a_checkouts_egg_info_in_the_working_directory_is_not_an_installed_distribution(tmp_path, monkeypatch):
+    """The editable build writes sglang_spec_harness.egg-info into the harness's checkout, the working
+    directory of `make harness-beside`: read as installed, it looked like a change to SGLang's environment."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("install_harness_beside", BESIDE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "made_here.egg-info").mkdir()
+    (tmp_path / "made_here.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: made-here\nVersion: 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    assert "made-here" not in module.snapshot(sys.executable)

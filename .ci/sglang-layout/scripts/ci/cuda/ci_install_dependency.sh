@@ -17,8 +17,8 @@ set -euxo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${SCRIPT_DIR}/../../.." && pwd)"
 [ -f python/pyproject.toml ] || { echo "FATAL: run from the SGLang checkout's root (python/pyproject.toml), as SGLang's CI does"; exit 1; }
-: "${GITHUB_WORKSPACE:?the workflow's workspace (the harness's checkout, whose CPU build this stand-in uses)}"
-: "${GITHUB_PATH:?a workflow step's GITHUB_PATH}"
+: "${GITHUB_WORKSPACE:?the workflow workspace: the harness checkout, whose CPU build this stand-in uses}"
+: "${GITHUB_PATH:?the GITHUB_PATH file of a workflow step}"
 
 python3 - "$REPO_ROOT/.ci-install-dependency.json" "$@" <<'PY'
 import json, os, sys, time
