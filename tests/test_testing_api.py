@@ -108,7 +108,7 @@ def test_the_positive_controls_need_no_internals(fast_path, no_fast_path):
     assert (no_fast_path.eager_count("softmax", region="PREFILL"), fast_path.eager_count("softmax", region="PREFILL")) == (1, 1)
     assert no_fast_path.eager_count("softmax", region="DRAFT_DECODE") == 0  # its softmax is all in the replays
     assert no_fast_path.eager_count("softmax") == CYCLES + 1 and fast_path.eager_count("softmax") == 1
-    ops = no_fast_path.analysis.ops_frame()  # the same figure, from the trace's every op
+    ops = no_fast_path.analyzed.ops_frame()  # the same figure, from the trace's every op
     assert int(ops.loc[~ops["is_graph"], "match:softmax"].sum()) == CYCLES + 1
     assert no_fast_path.eager_count("cunn_SoftMaxForward") == CYCLES + 1  # a regex, counted on the same traces
     assert assert_eager_kernel(fast_path, "softmax", region="PREFILL") == 1

@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("sglang_spec_harness.commands.check", "evaluate a stored run's rules: PASS / FAIL / INCONCLUSIVE (exit 0 / 1 / 3)"),
     "compare": ("sglang_spec_harness.commands.compare", "compare two stored runs of one scenario (e.g. yesterday's and today's)"),
     "report": ("sglang_spec_harness.commands.report", "rebuild a run's report: index.html, junit.xml, summary.md"),
+    "gate": ("sglang_spec_harness.commands.gate", "what a CI job does with a run's verdict: pass, warn or fail (exit 0 / 0 / 1)"),
     "history": ("sglang_spec_harness.commands.history", "results database across runs: ingest runs; change points and the trend page; export for dashboards"),
     "sweep": ("sglang_spec_harness.commands.sweep", "run the candidate at each SGLang release of a range: history points, change points explained"),
     "bisect": ("sglang_spec_harness.commands.bisect", "find the commit (or SGLang release) at which the scenario's rules' verdict changed"),
