@@ -86,11 +86,13 @@ class SweepLines(RunsProgressLines):
 
     def started(self, result: Any) -> None:
         labels = [p.label for p in result.points]
-        part = {"baseline": "the baseline's trials, once, for ", "shard": f"{result.request.shard.describe()}: "
-                if result.request.shard else ""}.get(result.part, "")
         of = f" of {len(result.sweep_points)}" if result.sweep_points else ""
-        self.say(f"sweep {result.scenario}: {part}variant {result.request.variant} at {len(labels)}{of} point(s) "
-                 f"({labels[0]} .. {labels[-1]}), environments: {result.environments}; rules: {', '.join(result.rules)}")
+        what = f"variant {result.request.variant} at {len(labels)}{of} point(s) ({labels[0]} .. {labels[-1]})"
+        if result.part == "baseline":
+            what = f"the baseline's trials, once, for the shards of a sweep of {what}"
+        elif result.request.shard is not None:
+            what = f"{result.request.shard.describe()}: {what}"
+        self.say(f"sweep {result.scenario}: {what}, environments: {result.environments}; rules: {', '.join(result.rules)}")
         self.say(f"  output: {result.out_dir}" + (f" (sweep {result.name})" if result.name != result.out_dir.name else ""))
         for note in result.notes:
             self.say(f"  note: {note}")
