@@ -19,7 +19,7 @@ SGLANG_CPU ?= .sglang-cpu
 
 .PHONY: install lint test test-quick test-sglang-cpu profile clean sglang-cpu sglang-cpu-releases \
 	sglang-install sglang-install-kind harness-beside harness-install runner-matrix scenario-plan scenario-run \
-	report pr-comment gate history-ingest history-report
+	report pr-comment gate history-ingest history-report sweep-shards sweep-baseline sweep-shard sweep-merge
 
 # $(call venv_with,EXTRAS): the venv, torch (unless one is there: a GPU runner's CUDA build), the harness
 define venv_with
@@ -210,6 +210,41 @@ history-ingest:
 history-report:
 	@$(BIN)/harness history report --out $(HISTORY_OUT) --max-regression $(MAX_REGRESSION) $(if $(HISTORY_DB),--db $(HISTORY_DB)); \
 	status=$$?; echo $$status > $(HISTORY_OUT).exit-code; exit $$status
+
+# ---- A release sweep spread over runners (.github/workflows/gpu-release-sweep.yml; docs/history.md) ----
+# `make sweep-baseline` on one runner, then `make sweep-shard SHARD=I/N` on each (beside the baseline
+# step's folder), then `make sweep-merge` where the shards' folders are: SCENARIO over SWEEP_RELEASES
+# (A..B), the folders in SWEEP_OUT, the merged sweep in SWEEP_MERGED (into HISTORY_DB, default as
+# `harness history`), each command's exit code in SWEEP_STATUS (make itself can only say 2).
+SWEEP_RELEASES ?=
+SWEEP_SHARDS ?= 2
+SWEEP_ENVIRONMENTS ?= target
+SWEEP_OUT ?= reports/sweeps
+SWEEP_MERGED ?= reports/sweep
+SWEEP_STATUS ?= reports/sweep-exit-code
+SWEEP_BASELINE ?= $(wildcard $(SWEEP_OUT)/*-baseline)
+SWEEP_ARGS ?=
+MERGE_ARGS ?=
+SHARD ?=
+SWEEP_POINTS = '$(SCENARIO)' --sglang-releases '$(SWEEP_RELEASES)' --environments $(SWEEP_ENVIRONMENTS) --out '$(SWEEP_OUT)'
+KEEP_STATUS = status=$$?; echo $$status > $(SWEEP_STATUS); exit $$status
+
+# The matrix of SWEEP_SHARDS shards: one line of JSON, [{"shard": "1/2", "name": "1-of-2"}, ...].
+sweep-shards:
+	@$(PYTHON) -c 'import json, sys; n = int(sys.argv[1]); print(json.dumps([{"shard": f"{i}/{n}", "name": f"{i}-of-{n}"} for i in range(1, n + 1)]))' '$(SWEEP_SHARDS)'
+
+sweep-baseline: $(RUN_STAMP)
+	@mkdir -p $(dir $(SWEEP_STATUS))
+	@$(BIN)/harness sweep baseline $(SWEEP_POINTS) $(SWEEP_ARGS); $(KEEP_STATUS)
+
+sweep-shard: $(RUN_STAMP)
+	@test $(words $(SWEEP_BASELINE)) -eq 1 || { echo "make sweep-shard: expected one *-baseline folder in $(SWEEP_OUT), found $(words $(SWEEP_BASELINE)) (or give SWEEP_BASELINE=FOLDER)" >&2; exit 2; }
+	@mkdir -p $(dir $(SWEEP_STATUS))
+	@$(BIN)/harness sweep $(SWEEP_POINTS) --shard '$(SHARD)' --baseline-from '$(SWEEP_BASELINE)' $(SWEEP_ARGS); $(KEEP_STATUS)
+
+sweep-merge:
+	@mkdir -p $(dir $(SWEEP_STATUS))
+	@$(BIN)/harness sweep merge $(wildcard $(SWEEP_OUT)/*-shard-*) --out '$(SWEEP_MERGED)' $(if $(HISTORY_DB),--db '$(HISTORY_DB)') $(MERGE_ARGS); $(KEEP_STATUS)
 
 clean:
 	rm -rf $(VENV) $(SGLANG_CPU) .sglang-src .pytest_cache

@@ -386,27 +386,115 @@ def test_make_profile_says_the_verdict_code_make_cannot_return(tmp_path):
     assert "make profile: harness run exited 2 (1 FAIL, 2 bad input, 3 INCONCLUSIVE, 130 interrupted)" in proc.stderr
 
 
-def test_release_sweep_workflow_runs_the_sweep_and_keeps_everything():
+def test_release_sweep_runs_a_baseline_then_the_shards_side_by_side_then_merges_them():
     wf = load(SWEEP)
     inputs = wf["on"]["workflow_dispatch"]["inputs"]
     assert (REPO / inputs["scenario"]["default"]).exists()
-    sweep = step(wf, "Sweep the releases", "sweep")
-    assert '--sglang-releases "$RELEASES" --environments target' in sweep["run"]
-    assert sweep["env"]["HARNESS_HISTORY_DB"] == "${{ secrets.HARNESS_HISTORY_DB }}"
-    assert wf["jobs"]["sweep"]["runs-on"] == "${{ matrix.runs_on }}"
-    upload = step(wf, "Upload the sweep and the trend page", "sweep")
-    assert upload["if"] == "always()" and "reports/sweeps" in upload["with"]["path"]
-    names = [s.get("name") for s in wf["jobs"]["sweep"]["steps"]]
-    assert names.index("Sweep the releases") < names.index("Upload the sweep and the trend page") < names.index(
-        "Fail when fewer than two releases ran")
+    assert inputs["runs_on"]["default"] == '["1-gpu-h100"]' and inputs["shards"]["type"] == "number"
+    jobs = wf["jobs"]
+    assert list(jobs) == ["plan", "baseline", "shard", "merge"]
+    # the runner's labels passed through as given, to the baseline's job and each shard's
+    for name in ("baseline", "shard"):
+        assert jobs[name]["runs-on"] == "${{ fromJSON(inputs.runs_on) }}"
+    assert jobs["baseline"]["needs"] == "plan" and jobs["shard"]["needs"] == ["plan", "baseline"]
+    assert jobs["shard"]["strategy"] == {"fail-fast": False,
+                                         "matrix": {"include": "${{ fromJSON(needs.plan.outputs.shards) }}"}}
+    assert jobs["plan"]["outputs"]["shards"] == "${{ steps.shards.outputs.shards }}"
+    # every job and every step has a time limit
+    for name, job in jobs.items():
+        assert isinstance(job["timeout-minutes"], int), name
+        for s in job["steps"]:
+            assert isinstance(s.get("timeout-minutes"), int), (name, s.get("name") or s.get("uses"))
+    # the baseline's folder goes to every shard; each shard's folder to the merge
+    upload = step(wf, "Upload the baseline's folder", "baseline")
+    assert upload["if"] == "always()" and upload["with"]["path"] == "reports/sweeps/*-baseline"
+    download = step(wf, "Download the baseline's folder", "shard")
+    assert download["with"] == {"name": upload["with"]["name"], "path": "reports/sweeps"}
+    shard_upload = step(wf, "Upload the shard's folder", "shard")
+    assert shard_upload["if"] == "always()" and shard_upload["with"]["path"] == "reports/sweeps/*-shard-*"
+    assert shard_upload["with"]["name"].endswith("-shard-${{ matrix.name }}")
+    shards = step(wf, "Download the shards' folders", "merge")["with"]
+    assert shards["pattern"] == shard_upload["with"]["name"].replace("${{ matrix.name }}", "*")
+    assert shards["merge-multiple"] is True and shards["path"] == "reports/sweeps"
+    assert "make sweep-shard " in step(wf, "make sweep-shard", "shard")["run"]
+    # the merge: after every shard, whatever became of them, as long as the baseline ran; on a hosted runner
+    merge = jobs["merge"]
+    assert merge["needs"] == ["plan", "baseline", "shard"] and merge["runs-on"] == "ubuntu-latest"
+    assert merge["if"] == "always() && needs.baseline.result == 'success'"
+    merging = step(wf, "make sweep-merge", "merge")
+    assert merging["env"]["HARNESS_HISTORY_DB"] == "${{ secrets.HARNESS_HISTORY_DB }}"
+    assert "make sweep-merge MERGE_ARGS=--partial" in merging["run"] and "GITHUB_STEP_SUMMARY" in merging["run"]
+    published = step(wf, "Upload the merged sweep, its trend page and the database", "merge")
+    assert published["if"] == "always()" and published["with"]["path"].split() == ["reports/sweep", "reports/history.sqlite"]
+    names = [s.get("name") for s in merge["steps"]]
+    assert names.index("make sweep-merge") < names.index("Upload the merged sweep, its trend page and the database") \
+        < names.index("Fail when fewer than two releases ran or a shard failed")
 
 
 @pytest.mark.parametrize("code, job_fails", [(0, False), (3, True), (2, True), (130, True)])
-def test_release_sweep_gate(tmp_path, code, job_fails):
+def test_release_sweep_shard_gate(tmp_path, code, job_fails):
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "sweep-exit-code").write_text(f"{code}\n")
-    done = _bash(step(load(SWEEP), "Fail when fewer than two releases ran", "sweep")["run"], tmp_path, {})
+    done = _bash(step(load(SWEEP), "Fail when none of the shard's releases ran", "shard")["run"], tmp_path,
+                 {"SHARD": "1/2"})
     assert (done.returncode != 0) == job_fails
+
+
+@pytest.mark.parametrize("code, shards, job_fails", [(0, "success", False), (0, "failure", True), (3, "success", True),
+                                                    (2, "success", True), (None, "success", True)])
+def test_release_sweep_merge_gate(tmp_path, code, shards, job_fails):
+    (tmp_path / "reports").mkdir()
+    if code is not None:
+        (tmp_path / "reports" / "sweep-exit-code").write_text(f"{code}\n")
+    done = _bash(step(load(SWEEP), "Fail when fewer than two releases ran or a shard failed", "merge")["run"], tmp_path,
+                 {"SHARDS_RESULT": shards})
+    assert (done.returncode != 0) == job_fails, done.stdout
+
+
+def test_release_sweep_plan_checks_its_inputs_before_a_gpu_runner_is_asked_for(tmp_path):
+    run = step(load(SWEEP), "make sweep-shards", "plan")["run"]
+    env = {**_fake_make(tmp_path, 0), "GITHUB_OUTPUT": str(tmp_path / "out")}
+    harness = tmp_path / ".venv" / "bin" / "harness"
+    harness.parent.mkdir(parents=True)
+    harness.write_text("#!/bin/sh\necho harness \"$@\"\n")
+    harness.chmod(0o755)
+    good = {"SCENARIO": "scenarios/a.yaml", "RELEASES": "0.5.20..0.5.23", "RUNS_ON": '["1-gpu-h100"]', "SHARDS": "3"}
+    ok = _bash(run, tmp_path, {**env, **good})
+    assert ok.returncode == 0 and "harness validate scenarios/a.yaml" in ok.stdout, ok.stdout + ok.stderr
+    assert (tmp_path / "out").read_text() == "shards=make -s sweep-shards SWEEP_SHARDS=3\n"
+    for bad, message in [({"SCENARIO": "$(id)"}, "not a scenario path"), ({"RELEASES": "0.5.20; id"}, "not a release range"),
+                         ({"SHARDS": "17"}, "shards: expected 1 to 16"), ({"SHARDS": "0"}, "shards: expected 1 to 16"),
+                         ({"RUNS_ON": '"1-gpu-h100"'}, "runs_on: expected a JSON list"),
+                         ({"RUNS_ON": '["1-gpu-h100", "$(id)"]'}, "runs_on: expected a JSON list")]:
+        done = _bash(run, tmp_path, {**env, **good, **bad})
+        assert done.returncode != 0 and message in done.stdout, (bad, done.stdout)
+        assert "harness validate" not in done.stdout
+
+
+def test_make_targets_of_the_sweep_over_runners_dry_run(tmp_path):
+    def dry(*args: str) -> str:
+        proc = subprocess.run(["make", "-n", "-C", str(REPO), "-o", ".venv/.installed-run", *args], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    points = "'s.yaml' --sglang-releases '0.5.20..0.5.23' --environments target --out 'reports/sweeps'"
+    assert f"harness sweep baseline {points}" in dry("sweep-baseline", "SCENARIO=s.yaml", "SWEEP_RELEASES=0.5.20..0.5.23")
+    shard = dry("sweep-shard", "SCENARIO=s.yaml", "SWEEP_RELEASES=0.5.20..0.5.23", "SHARD=2/3", "SWEEP_BASELINE=b")
+    assert f"harness sweep {points} --shard '2/3' --baseline-from 'b'" in shard
+    assert "echo $status > reports/sweep-exit-code" in shard
+    for name in ("x-shard-1-of-2", "x-shard-2-of-2", "x-baseline"):
+        (tmp_path / name).mkdir()
+    merge = dry("sweep-merge", f"SWEEP_OUT={tmp_path}", "HISTORY_DB=h.sqlite", "MERGE_ARGS=--partial")
+    assert (f"harness sweep merge {tmp_path}/x-shard-1-of-2 {tmp_path}/x-shard-2-of-2 --out 'reports/sweep' --db "
+            "'h.sqlite' --partial") in merge
+    done = subprocess.run(["make", "-s", "-C", str(REPO), "sweep-shards", "SWEEP_SHARDS=2"], capture_output=True,
+                          text=True, timeout=60)
+    assert json.loads(done.stdout) == [{"shard": "1/2", "name": "1-of-2"}, {"shard": "2/2", "name": "2-of-2"}]
+    two = subprocess.run(["make", "-C", str(REPO), "-o", ".venv/.installed-run", "sweep-shard", f"SWEEP_OUT={tmp_path}",
+                          f"SWEEP_BASELINE={tmp_path}/x-baseline {tmp_path}/x-shard-1-of-2"],
+                         capture_output=True, text=True, timeout=60)
+    assert two.returncode == 2 and "expected one *-baseline folder" in two.stderr
 
 
 def test_make_targets_of_the_workflows_dry_run():
@@ -443,14 +531,15 @@ def test_the_gpu_installer_refuses_bad_sources_before_installing_anything(tmp_pa
     assert not venv.exists()
 
 
-@pytest.mark.parametrize("workflow", [SWEEP], ids=lambda p: p.name)
-def test_plan_step_refuses_inputs_that_are_not_paths_or_labels(tmp_path, workflow):
-    run = step(load(workflow), "make runner-matrix", "plan")["run"]
-    env = {**_fake_make(tmp_path, 0), "GITHUB_OUTPUT": str(tmp_path / "out")}
-    ok = _bash(run, tmp_path, {**env, "SCENARIO": "scenarios/a.yaml", "RUNNER": "h200"})
+def test_the_nightly_plan_step_refuses_a_runner_that_is_not_a_label(tmp_path):
+    """The one workflow that still builds its matrix with make runner-matrix (the PR check plans with
+    scripts/ci_inputs.sh, the release sweep with make sweep-shards)."""
+    run = step(load(NIGHTLY), "make runner-matrix", "plan")["run"]
+    env = {**_fake_make(tmp_path, 0), "GITHUB_OUTPUT": str(tmp_path / "out"), "NIGHTLY_SCENARIOS": "scenarios/a.yaml"}
+    ok = _bash(run, tmp_path, {**env, "RUNNER": "1-gpu-h100"})
     assert ok.returncode == 0 and (tmp_path / "out").read_text().startswith("matrix=make -s runner-matrix")
-    bad = _bash(run, tmp_path, {**env, "SCENARIO": "$(shell id)", "RUNNER": ""})
-    assert bad.returncode != 0 and "not a scenario path or runner label" in bad.stdout
+    bad = _bash(run, tmp_path, {**env, "RUNNER": "$(shell id)"})
+    assert bad.returncode != 0 and "not a runner label" in bad.stdout
 
 
 # ---- the caller example in docs/gpu.md ------------------------------------------------------------

@@ -85,6 +85,18 @@ def json_error(command: str, message: str) -> dict[str, object]:
             "error": message}
 
 
+def with_default_action(argv: list[str]) -> list[str]:
+    """`harness sweep SCENARIO ...` is `harness sweep run SCENARIO ...`: a command whose module names
+    a DEFAULT_ACTION among its ACTIONS takes it when the next word is none of them."""
+    if len(argv) < 2 or argv[0] not in SUBCOMMANDS:
+        return argv
+    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    default = getattr(module, "DEFAULT_ACTION", None)
+    if default is None or argv[1] in (*module.ACTIONS, "-h", "--help"):
+        return argv
+    return [argv[0], default, *argv[1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     # From the start, SIGINT, SIGTERM and SIGHUP raise an exception (so cleanup runs) and end the
     # command with 128 + signal and one line.
@@ -95,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with signals_raise_interrupt():
             parser = build_parser()
+            argv = with_default_action(argv)
             as_json = json_command(parser, argv)
             args = parser.parse_args(argv)
             name = f"harness {args.command}"

@@ -68,6 +68,11 @@ class PointRunner:
         self.once_run_dir = run_dir
         return run
 
+    def adopt_once(self, run_dir: Path) -> None:
+        """The trials of the arms that do not change from a run made elsewhere (a sharded sweep's
+        baseline step), adopted by each point as `run_once`'s are."""
+        self.once_run_dir = run_dir
+
     def run_point(self, scenario: Scenario, run_dir: Path, *, select: Selection | None = None,
                   sweep: SweepPoint | None = None) -> PointOutcome:
         """Run one point's trials (`select`, default the plan's), adopt the trials that ran once,
