@@ -149,6 +149,8 @@ def test_each_merged_point_is_an_ordinary_run_of_the_one_sweep(sweeps, tmp_path)
         assert same_file(run_dir / "run.json", sweeps["shards"][shard] / "points" / run_dir.name / "run.json")
         checked = harness("check", str(run_dir), cwd=tmp_path)
         assert checked.returncode == {"PASS": 0, "FAIL": 1}[point["verdict"]], checked.stdout
+    reported = harness("report", merged["points"][2]["run_dir"], cwd=tmp_path)
+    assert reported.returncode == 0 and "index.html" in reported.stdout, reported.stdout + reported.stderr
     ingested = harness("history", "ingest", str(folder / "points"), "--db", str(tmp_path / "again.sqlite"), cwd=tmp_path)
     assert ingested.returncode == 0 and "4 complete" in ingested.stdout, ingested.stdout + ingested.stderr
     page = (folder / "index.html").read_text()
