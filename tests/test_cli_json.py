@@ -30,7 +30,9 @@ BAD_INPUT = {
     ("check",): (["absent-run"], "absent-run: not a run directory"),
     ("compare",): (["absent-a", "absent-b"], "absent-a: not a run directory"),
     ("history", "report"): (["--db", "sqlite:///absent/dir/x.db", "--scenario", "x"], "cannot open the database"),
-    ("sweep",): (["absent.yaml", "--sglang-releases", "0.5.22..0.5.23"], "absent.yaml: no such file"),
+    ("sweep", "run"): (["absent.yaml", "--sglang-releases", "0.5.22..0.5.23"], "absent.yaml: no such file"),
+    ("sweep", "baseline"): (["absent.yaml", "--sglang-releases", "0.5.22..0.5.23"], "absent.yaml: no such file"),
+    ("sweep", "merge"): (["absent-shard"], "shard folder absent-shard: no sweep.json there"),
     ("bisect",): (["absent.yaml", "--sglang-releases", "0.5.22..0.5.23"], "absent.yaml: no such file"),
 }
 
@@ -61,3 +63,6 @@ def test_without_json_stdout_stays_empty_and_an_abbreviation_counts(tmp_path, mo
     assert json.loads(capsys.readouterr().out)["command"] == "harness check"
     assert cli.main(["check", "--", "--json"]) == 2  # after `--`, a run directory named --json
     assert capsys.readouterr().out == ""
+    # `harness sweep SCENARIO` is `harness sweep run SCENARIO`, --json included
+    assert cli.main(["sweep", "--json", "absent.yaml", "--sglang-releases", "0.5.22..0.5.23"]) == 2
+    assert json.loads(capsys.readouterr().out)["command"] == "harness sweep run"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.errors import HarnessInputError
+from sglang_spec_harness.pages.numbers import seconds
 from sglang_spec_harness.run.combine import link_tree
 from sglang_spec_harness.rundir import RunRecord, read_record
 from sglang_spec_harness.sweep.facts import write_history
@@ -74,7 +75,7 @@ def _point(entry: Any, where: str) -> PointResult:
 
 def read_shard(folder: Path) -> ShardFolder:
     """One shard's folder: its sweep.json, which shard it is, its points and their run directories."""
-    doc = read_sweep_json(folder, "harness sweep merge:")
+    doc = read_sweep_json(folder, "shard folder")
     path = folder / "sweep.json"
     shard = doc.get("shard")
     if doc.get("part") != "shard" or not isinstance(shard, dict):
@@ -222,6 +223,6 @@ def merge_shards(request: MergeRequest, say: Callable[[str], None] = lambda text
         ingest(engine, [Path(p.run_dir) for p in result.points if p.run_dir is not None])
         if result.ran:
             write_history(engine, result)
-    say(f"merged in {time.monotonic() - started:.1f} s")
+    say(f"merged in {seconds(time.monotonic() - started)}")
     result.save()
     return result
