@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from sglang_spec_harness.pipeline import outcome_json_schema
 from sglang_spec_harness.rundir.schemas import record_json_schema
 from sglang_spec_harness.scenario import scenario_json_schema
 
@@ -23,6 +24,7 @@ SCHEMAS: dict[Path, Callable[[], str]] = {
     REPO / "scenarios" / "scenario.schema.json": scenario_json_schema,
     REPO / "docs" / "schemas" / "results.schema.json": lambda: record_json_schema("results"),
     REPO / "docs" / "schemas" / "analysis.schema.json": lambda: record_json_schema("analysis"),
+    REPO / "docs" / "schemas" / "run.schema.json": outcome_json_schema,
 }
 
 

@@ -17,27 +17,43 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    field_serializer,
+    model_serializer,
+)
 
 from sglang_spec_harness.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_PASS, HarnessInputError, one_line
 from sglang_spec_harness.run.execute import DEFAULT_OUT_ROOT, RunResult, run_scenario
 from sglang_spec_harness.run.interrupts import signals_raise_interrupt
 from sglang_spec_harness.run.plan import Selection
 from sglang_spec_harness.run.progress import RunProgress
-from sglang_spec_harness.rundir import ResultsRecord, RunRecord, SweepPoint, read_json, read_record, write_record
+from sglang_spec_harness.rundir import ResultsRecord, RunRecord, SweepPoint, read_record, write_record
+from sglang_spec_harness.rundir.schemas import schema_text
 from sglang_spec_harness.scenario import Scenario, load_scenario
 from sglang_spec_harness.vocabulary import Verdict
 
-OUTCOME_SCHEMA_VERSION = 1  # `harness run --json`
 # The report's modules (matplotlib) load while the first server comes up, not after the last trial.
 REPORT_IMPORTS = ("sglang_spec_harness.report.html",)
+# planned: a dry run; complete / incomplete: the run's own status (run.json); bad_input: refused
+# before anything started (exit 2)
+RunStatus = Literal["planned", "complete", "incomplete", "bad_input"]
+# `harness run --json`'s keys in the order it prints them (`plan` last, a dry run's only)
+JSON_KEYS = ("schema_version", "scenario", "status", "run_dir", "verdict", "exit_code", "error", "results", "report")
 
 
-@dataclass(frozen=True)
-class DryRunPlan:
-    """What a dry run would do: its mode, trial and launch directories, and each arm's server command."""
+class DryRunPlan(BaseModel):
+    """What a dry run would do: its mode, trial and launch directories in run order, each arm's server command."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: str
     trials: list[str]
@@ -45,39 +61,74 @@ class DryRunPlan:
     commands: dict[str, str]
 
 
-@dataclass
-class RunOutcome:
-    """One scenario run, checked and reported (or planned, for a dry run)."""
+class RunOutcome(BaseModel):
+    """One scenario run, checked and reported (or planned, for a dry run; or refused, for bad input).
 
-    scenario: Scenario  # as it ran: overrides applied, the seed fixed
-    status: str  # planned | complete | incomplete (the run stage's; an interruption keeps what it reached)
-    exit_code: int  # what `harness run` exits with: the verdict's, 3 incomplete, 128 + signal, 2 unwritable
-    run: RunResult  # the run stage's own result: its plan, commands, launches, the servers' last log lines
-    run_dir: Path | None = None  # None for a dry run
-    error: str | None = None  # why the run did not complete
-    results: ResultsRecord | None = None  # the rules' results (results.json); None when the checks did not run
-    report: Path | None = None  # index.html, once written
-    plan: DryRunPlan | None = None  # a dry run's
-    interrupted_by: int | None = None  # the signal that ended the run (the checks did not run)
-    evaluation_error: str | None = None  # the checks or the report could not be written
+    The one model of a run's outcome: the library's callers read its attributes, and its JSON form
+    (`model_dump(mode="json")`, `to_json_dict`) is `harness run --json`, whose JSON Schema
+    (docs/schemas/run.schema.json, `outcome_json_schema`) is generated from this class. `run`,
+    `interrupted_by` and `evaluation_error` stay in memory (the run's own records say them).
+    In JSON: `scenario` is the scenario's name; run_dir, results and report are null where the run
+    made none (a dry run, bad input, a run that ended before its checks); `results` is results.json
+    as written (the same model, dumped the same way); verdict is results' verdict; `plan` is a dry run's only."""
 
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True)
+
+    schema_version: Literal[1] = 1
+    scenario: Scenario | None = Field(description="the scenario's name (null where it could not be read); "
+                                      "in memory, the scenario as it ran: overrides applied, the seed fixed")
+    status: RunStatus
+    run_dir: Path | None = Field(default=None, description="the run directory (null: a dry run, bad input)")
+    exit_code: int = Field(description="what `harness run` exits with: 0 PASS, 1 FAIL, 2 bad input (or results "
+                           "that cannot be written), 3 INCONCLUSIVE or incomplete, 128 + signal when interrupted")
+    error: str | None = Field(default=None, description="why the run did not complete, or why its input was refused")
+    results: ResultsRecord | None = Field(
+        default=None, description="the rules' results, as the run's results.json holds them (its schema: "
+        "results.schema.json); null where the checks did not run")
+    report: Path | None = Field(default=None, description="the run's index.html (null where its checks did not run)")
+    plan: DryRunPlan | None = Field(default=None, description="a dry run's plan (absent otherwise)")
+    # in memory only
+    run: InstanceOf[RunResult] | None = Field(default=None, exclude=True)  # the run stage's result (None: bad input)
+    interrupted_by: int | None = Field(default=None, exclude=True)  # the signal that ended the run (not checked)
+    evaluation_error: str | None = Field(default=None, exclude=True)  # the checks or the report could not be written
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy: a property under pydantic's decorator
     @property
     def verdict(self) -> Verdict | None:
+        """The rules' overall verdict (results.json's); null where the checks did not run."""
         return self.results.verdict if self.results is not None else None
 
+    @field_serializer("scenario")
+    def _scenario_name(self, scenario: Scenario | None) -> str | None:
+        return scenario.name if scenario is not None else None
+
+    @model_serializer(mode="wrap")
+    def _as_printed(self, handler: SerializerFunctionWrapHandler):  # no return annotation: pydantic would take it for the schema
+        """In `harness run --json`'s order, `plan` only for a dry run."""
+        document = handler(self)
+        if not isinstance(document, dict):
+            return document
+        keys = [*JSON_KEYS, *(["plan"] if self.plan is not None else [])]
+        return {key: document[key] for key in keys}
+
+    @classmethod
+    def bad_input(cls, message: str) -> RunOutcome:
+        """What `harness run --json` says when its input is refused (exit 2): the message, nothing run."""
+        return cls(scenario=None, status="bad_input", exit_code=EXIT_BAD_INPUT, error=message)
+
     def to_json_dict(self) -> dict[str, Any]:
-        """`harness run --json`: what a CI step reads. `results` is the run's results.json as written
-        (null when the checks did not run); a dry run gives its plan instead."""
-        results = None
-        if self.run_dir is not None and (self.run_dir / "results.json").is_file():
-            with contextlib.suppress(HarnessInputError):  # unreadable: the run's own lines said why
-                results = read_json(self.run_dir / "results.json")
-        return {"schema_version": OUTCOME_SCHEMA_VERSION, "scenario": self.scenario.name, "status": self.status,
-                "run_dir": str(self.run_dir) if self.run_dir is not None else None,
-                "verdict": results.get("verdict") if isinstance(results, dict) else None, "exit_code": self.exit_code,
-                "error": self.error, "results": results,
-                "report": str(self.run_dir / "index.html") if self.run_dir is not None and results is not None else None,
-                **({"plan": asdict(self.plan)} if self.plan is not None else {})}
+        """`harness run --json`: what a CI step reads."""
+        return self.model_dump(mode="json")
+
+
+def outcome_json_schema() -> str:
+    """The JSON Schema of `harness run --json`'s object (docs/schemas/run.schema.json), as text: the
+    outcome as it is printed (pydantic's serialization mode: the scenario's name, the verdict), and
+    its results as results.json's readers accept them (validation mode, as results.schema.json)."""
+    schema = RunOutcome.model_json_schema(mode="serialization")
+    results = ResultsRecord.model_json_schema(mode="validation")
+    schema["$defs"].update({**results.pop("$defs", {}), "ResultsRecord": results})
+    return schema_text(schema)
 
 
 def load_run_scenario(scenario: str | os.PathLike[str], overrides: tuple[str, ...] | list[str] = (),
@@ -191,7 +242,8 @@ def _evaluate(outcome: RunOutcome, run_dir: Path, step_summary: bool) -> None:
             raise
         outcome.evaluation_error = one_line(exc)
         return
-    outcome.exit_code = int(outcome.results.exit_code) if complete else int(outcome.run.exit_code or EXIT_INCONCLUSIVE)
+    run_exit = outcome.run.exit_code if outcome.run is not None else None
+    outcome.exit_code = int(outcome.results.exit_code) if complete else int(run_exit or EXIT_INCONCLUSIVE)
 
 
 def write_report(run_dir: Path, *, step_summary: bool = False) -> Path:

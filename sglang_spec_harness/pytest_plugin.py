@@ -7,11 +7,8 @@ fixture imports `sglang_spec_harness.testing` (pandas, the trace analysis, httpx
         profile = sglang_profile("http://127.0.0.1:30000", num_steps=16)
         assert set(profile.count("softmax", region="DRAFT_DECODE")) == {0}
 
-In a unittest.TestCase (SGLang's own tests), take it through an autouse fixture:
-
-    @pytest.fixture(autouse=True)
-    def _profiler(self, sglang_profile):
-        self.profile_server = sglang_profile
+A fixture reaches pytest-style test functions only. A unittest.TestCase (SGLang's suites, run as
+`python3 FILE`, where no fixture runs) calls `sglang_spec_harness.testing.profile_server` itself.
 """
 
 from __future__ import annotations

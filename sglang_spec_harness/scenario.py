@@ -247,6 +247,19 @@ class TrialsSpec(_Strict):
         None, description="interleaved mode: an adaptive design: trials.repetitions rounds first, then looks after "
         "each stage until the TPOT rule is decisive or the budget is spent (absent: the fixed design)"
     )
+    only: Literal["exact"] | None = Field(
+        None, description="exact: the profiled passes only, no timed rounds (so no budget either): the exact rules "
+        "(kernel counts, accept length and outputs from the passes) are judged, the timing rules (tpot_gain, "
+        "explained_gain) are reported NOT_RUN; `harness run --only exact` sets it. Null: the whole design"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exact_only_has_no_budget(cls, data: Any) -> Any:
+        # The budget governs the timed rounds; an exact-only run has none (and its plan must not grow).
+        if isinstance(data, dict) and data.get("only") == "exact" and data.get("budget") is not None:
+            return {**data, "budget": None}
+        return data
 
     @property
     def warm(self) -> bool:
@@ -274,6 +287,8 @@ class TrialsSpec(_Strict):
 
     @model_validator(mode="after")
     def _warm_fields(self) -> TrialsSpec:
+        if self.only == "exact" and not self.profiled:
+            raise _LocatedError("trials.only", "exact runs the profiled passes only: trials.profiled must be at least 1")
         for name in ("launches", "block_requests"):
             if not self.warm and getattr(self, name) is not None:
                 raise _LocatedError(f"trials.{name}", "only for mode interleaved or sequential (restart launches once per sample)")
@@ -434,10 +449,6 @@ class ValiditySpec(_Strict):
     )
 
 
-# Runner labels every self-hosted GPU runner of the workflows carries; the machine kind (hardware.runners) is added.
-GPU_RUNNER_BASE_LABELS = ("self-hosted", "linux", "gpu")
-
-
 class HardwareSpec(_Strict):
     """The machine a scenario needs. CI reads it (`harness scenario-info`) to pick runners: one job
     per label in `runners`, so that a scenario never lands on a machine that cannot run it."""
@@ -447,9 +458,9 @@ class HardwareSpec(_Strict):
     gpus: int = Field(0, ge=0, description="GPUs one run needs at least (tensor parallelism); 0 for cpu")
     runners: list[str] = Field(
         default_factory=list,
-        description="runner labels of the machine kinds that meet these needs (e.g. [b200, b300] for NVFP4, which "
-        "needs Blackwell): one CI job per label. A GPU job runs on [self-hosted, linux, gpu, LABEL]; a cpu job on "
-        "[LABEL] (default ubuntu-latest)")
+        description="runner labels of the machine kinds that meet these needs, as the CI that runs the scenario "
+        "names its runners (SGLang's CI: one label per runner, e.g. [4-gpu-b200, 8-gpu-b200] for NVFP4, which needs "
+        "Blackwell): one CI job per label, on `runs-on: LABEL` as given (default for a cpu scenario: ubuntu-latest)")
 
     @field_validator("runners")
     @classmethod
@@ -472,10 +483,9 @@ class HardwareSpec(_Strict):
         return self
 
     def runs_on(self) -> list[tuple[str, list[str]]]:
-        """(label, the job's `runs-on` labels) per machine kind."""
-        if self.accelerator == "cpu":
-            return [(label, [label]) for label in (self.runners or ["ubuntu-latest"])]
-        return [(label, [*GPU_RUNNER_BASE_LABELS, label]) for label in self.runners]
+        """(label, the job's `runs-on` labels) per machine kind: the label alone, as given. SGLang's
+        runners each carry one label that names the machine (scripts/ci/runner_configs.yml there)."""
+        return [(label, [label]) for label in (self.runners or ["ubuntu-latest"])]
 
 
 class Scenario(_Strict):

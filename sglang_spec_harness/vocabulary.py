@@ -23,6 +23,10 @@ class Verdict(StrEnum):
     # A rule with nothing to hold the numbers against (every bound unset) cannot fail, so it must not
     # pass either: it is reported as informational and left out of the overall verdict.
     INFO = "INFO"
+    # A timing rule of a run that planned no timed rounds (`trials.only: exact`, `harness run --only
+    # exact`): reported, never a PASS, and left out of the overall verdict like INFO; a CI gate
+    # decides what it means there (sglang_spec_harness.verdict.gate).
+    NOT_RUN = "NOT_RUN"
 
     @property
     def exit_code(self) -> int:
@@ -30,14 +34,14 @@ class Verdict(StrEnum):
         return EXIT_CODES[self]
 
 
-PASS, FAIL, INCONCLUSIVE, INFO = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.INFO
+PASS, FAIL, INCONCLUSIVE, INFO, NOT_RUN = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.INFO, Verdict.NOT_RUN
 EXIT_CODES = {PASS: EXIT_PASS, FAIL: EXIT_FAIL, INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
 
 def overall_verdict(verdicts: list[Verdict]) -> Verdict:
     """FAIL if any rule fails, else INCONCLUSIVE if any is inconclusive (or none can decide), else
-    PASS. Informational rules (INFO) do not count."""
-    verdicts = [v for v in verdicts if v != INFO]
+    PASS. Informational rules (INFO) and rules not run (NOT_RUN) do not count."""
+    verdicts = [v for v in verdicts if v not in (INFO, NOT_RUN)]
     if FAIL in verdicts:
         return FAIL
     if not verdicts or INCONCLUSIVE in verdicts:
@@ -81,3 +85,14 @@ class RuleKind(StrEnum):
 
 # The kinds a scenario's `rules:` may name.
 SCENARIO_RULE_KINDS = tuple(kind for kind in RuleKind if kind != RuleKind.AA_NOISE)
+
+# The kinds judged on timed rounds: their evidence is statistical and costs the run's whole timing
+# design. Every other kind (kernel counts, accept length, outputs, the run's own validity, and any
+# kind added later) is judged on exact evidence, which no amount of timing changes: a CI gate treats
+# such a rule that ends INCONCLUSIVE as missing evidence, never as a warning.
+TIMING_KINDS = frozenset({RuleKind.TPOT_GAIN, RuleKind.EXPLAINED_GAIN, RuleKind.AA_NOISE})
+
+
+def is_timing_kind(kind: object) -> bool:
+    """A rule kind judged on timed rounds (TIMING_KINDS); anything else, unknown kinds included, is exact."""
+    return isinstance(kind, str) and kind in TIMING_KINDS

@@ -10,6 +10,9 @@ import pytest
 
 from sglang_spec_harness.run.interrupts import SIGNALS
 
+# Test files in SGLang's style: each runs as `python3 FILE` (tests/support/sglang_style.py), not in this session.
+collect_ignore = ["sglang_style"]
+
 # Real GPU traces live beside the project (../shared/traces), never inside it.
 SHARED_TRACES = Path(os.environ.get("HARNESS_SHARED_TRACES") or Path(__file__).parents[2] / "shared" / "traces")
 

@@ -1,6 +1,7 @@
-"""The committed JSON Schemas of results.json and analysis.json (docs/schemas): current with the models
-they are generated from, and true of real run directories (a whole GPU run from an H200, a run of the
-micro engine, planted runs evaluated by the real rules), validated with `jsonschema`."""
+"""The committed JSON Schemas of results.json, analysis.json and `harness run --json`'s output
+(docs/schemas): current with the models they are generated from, and true of real run directories (a
+whole GPU run from an H200, a run of the micro engine, planted runs evaluated by the real rules) and
+of real `harness run --json` outputs, validated with `jsonschema`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from sglang_spec_harness.verdict.judge import check_run_dir
 from support.history_helpers import micro_sweep, series_run
+from support.tiny_scenario import write_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "docs" / "schemas"
@@ -51,7 +53,7 @@ def test_the_drift_check_names_a_stale_schema(tmp_path, monkeypatch, capsys):
 
 
 def test_validate_prints_each_schema():
-    for name in ("results", "analysis"):
+    for name in ("results", "analysis", "run"):
         done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "validate", "--schema", name], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -85,7 +87,7 @@ def test_the_schemas_refuse_what_the_models_refuse(tmp_path):
     results["verdict"] = "MAYBE"
     del results["rules"][0]["reason"]
     errors = list(validator("results").iter_errors(results))
-    assert [e.message for e in errors if e.path[0] == "verdict"] == ["'MAYBE' is not one of ['PASS', 'FAIL', 'INCONCLUSIVE', 'INFO']"]
+    assert [e.message for e in errors if e.path[0] == "verdict"] == ["'MAYBE' is not one of ['PASS', 'FAIL', 'INCONCLUSIVE', 'INFO', 'NOT_RUN']"]
     # a rule is one of the kinds' schemas: its own kind's says what is wrong, every other one that the kind differs
     (rule,) = [e for e in errors if e.path[0] == "rules"]
     assert list(rule.path) == ["rules", 0]
@@ -98,3 +100,35 @@ def test_the_schemas_refuse_what_the_models_refuse(tmp_path):
     trial = next(iter(analysis["trials"].values()))
     trial["files"][0]["format"] = "perfetto"
     assert [e.message for e in validator("analysis").iter_errors(analysis)] == ["'perfetto' is not one of ['kineto', 'nsys']"]
+
+
+def run_json(*args: str | Path, cwd: Path) -> tuple[int, dict]:
+    """`harness run --json ARGS` as a CI step runs it: its exit status and the one object on stdout."""
+    done = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", "run", "--json", *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_run_json_outputs_validate(tmp_path):
+    """A dry run, a real micro-engine run (its results.json inside), an incomplete one, and bad input."""
+    run = validator("run")
+    path = write_scenario(tmp_path)
+    (tmp_path / "bad").mkdir()
+    outputs = {
+        "dry run": run_json(path, "--dry-run", cwd=tmp_path),
+        "run": run_json(path, "--out", tmp_path / "runs", "--no-progress", cwd=tmp_path),
+        "incomplete": run_json(write_scenario(tmp_path / "bad", candidate={"args": {"--no-such-flag": True}}),
+                               "--out", tmp_path / "runs-bad", "--no-progress", cwd=tmp_path),
+        "bad input": run_json(tmp_path / "absent.yaml", cwd=tmp_path),
+        "usage error": run_json(path, "--repetitions", "0", cwd=tmp_path),
+    }
+    for what, (code, outcome) in outputs.items():
+        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in run.iter_errors(outcome)]
+        assert errors == [], f"{what}: {errors[:5]}"
+        assert outcome["exit_code"] == code, what
+    assert [outputs[w][1]["status"] for w in outputs] == ["planned", "complete", "incomplete", "bad_input", "bad_input"]
+    assert outputs["run"][1]["results"]["verdict"] == outputs["run"][1]["verdict"]
+    assert outputs["bad input"][1]["error"].startswith(f"{tmp_path}/absent.yaml: no such file")
+    # the schema is not blind: a field the model does not know, or a status it does not name, fails it
+    assert not run.is_valid({**outputs["run"][1], "extra": 1}) and not run.is_valid({**outputs["run"][1], "status": "done"})

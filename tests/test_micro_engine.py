@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,6 +179,35 @@ def test_inject_delay_busy_waits_inside_every_draft_decode_and_changes_no_output
     for decode, delay in zip(sorted(decodes, key=lambda e: e["ts"]), sorted(delays, key=lambda e: e["ts"])):
         assert decode["ts"] <= delay["ts"] and delay["ts"] + delay["dur"] <= decode["ts"] + decode["dur"]
         assert delay["dur"] >= delay_us
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_the_planted_delay_is_work_which_a_shared_cpu_stretches() -> None:
+    """--inject-delay-us spins CPU time: on a CPU shared with a busy process it lasts about twice its
+    nominal length, as the cycle's real work does. A wait on the wall clock lasted its nominal length
+    whatever the load, so load shrank the planted slowdown against the cycle (tests/test_runner.py's
+    planted slowdown: its interval fell to 1.04-1.38, below the 1.5 it asserts)."""
+    engine = MicroEngine(SMALL, SpecConfig(num_steps=3, inject_delay_us=300_000))  # not started: the delay alone
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    lasted: list[float] = []
+
+    def delay_on_the_hogs_cpu() -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        started = time.perf_counter()
+        engine._inject_delay()
+        lasted.append(time.perf_counter() - started)
+
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        time.sleep(0.2)  # the hog is spinning there
+        thread = threading.Thread(target=delay_on_the_hogs_cpu)
+        thread.start()
+        thread.join(timeout=30)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert lasted and lasted[0] >= 0.45, lasted  # ~0.6 s with half the CPU; a wall-clock wait: 0.3 s
 
 
 def test_graph_runners_are_built_and_captured_in_the_order_a_cycle_replays_them(engines: list[MicroEngine]) -> None:

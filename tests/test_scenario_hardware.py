@@ -36,7 +36,15 @@ def test_a_scenario_without_hardware_runs_on_a_hosted_cpu_runner(tmp_path):
 def test_the_nvfp4_scenario_runs_on_blackwell_only():
     hw = load_scenario(KIMI).hardware
     assert (hw.accelerator, hw.gpus) == ("cuda", 4)
-    assert hw.runs_on() == [("b200", ["self-hosted", "linux", "gpu", "b200"]), ("b300", ["self-hosted", "linux", "gpu", "b300"])]
+    # SGLang's runners carry one label each (scripts/ci/runner_configs.yml there): runs-on is that label alone
+    assert hw.runs_on() == [("4-gpu-b200", ["4-gpu-b200"]), ("8-gpu-b200", ["8-gpu-b200"]), ("8-gpu-b300", ["8-gpu-b300"])]
+
+
+def test_sglang_single_labels_are_accepted_and_passed_through(tmp_path, capsys):
+    path = scenario_with(tmp_path, {"accelerator": "cuda", "gpus": 1, "runners": ["1-gpu-h100", "linux-mi35x-gpu-8.fabric"]})
+    assert main(["scenario-info", "--github-matrix", str(path), "--runner", "1-gpu-h100"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["include"]
+    assert (entry["runner"], entry["runs_on"]) == ("1-gpu-h100", ["1-gpu-h100"])
 
 
 @pytest.mark.parametrize(("hardware", "message"), [
@@ -55,22 +63,22 @@ def test_hardware_that_cannot_be_is_bad_input_at_its_line(tmp_path, hardware, me
 
 
 def test_scenario_info_github_matrix_and_runner_filter(capsys):
-    assert main(["scenario-info", "--github-matrix", str(KIMI), "--runner", "b300"]) == 0
+    assert main(["scenario-info", "--github-matrix", str(KIMI), "--runner", "8-gpu-b300"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)["include"]
-    assert entry == {"scenario": str(KIMI), "name": "sglang_kimi_k25_nvfp4_tp4_eagle3", "runner": "b300",
-                     "runs_on": ["self-hosted", "linux", "gpu", "b300"], "accelerator": "cuda", "gpus": 4}
+    assert entry == {"scenario": str(KIMI), "name": "sglang_kimi_k25_nvfp4_tp4_eagle3", "runner": "8-gpu-b300",
+                     "runs_on": ["8-gpu-b300"], "accelerator": "cuda", "gpus": 4}
 
 
 def test_scenario_info_refuses_a_runner_the_scenario_cannot_use(capsys):
-    assert main(["scenario-info", "--github-matrix", str(KIMI), "--runner", "h100"]) == 2
+    assert main(["scenario-info", "--github-matrix", str(KIMI), "--runner", "1-gpu-h100"]) == 2
     err = capsys.readouterr().err
-    assert "--runner h100: no scenario given runs there (they list: b200, b300)" in err
+    assert "--runner 1-gpu-h100: no scenario given runs there (they list: 4-gpu-b200, 8-gpu-b200, 8-gpu-b300)" in err
 
 
 def test_scenario_info_set_changes_the_labels(capsys):
     assert main(["scenario-info", "--json", str(KIMI), "--set", "hardware.runners=[gb200]"]) == 0
     (info,) = json.loads(capsys.readouterr().out)
-    assert info["jobs"] == [{"runner": "gb200", "runs_on": ["self-hosted", "linux", "gpu", "gb200"]}]
+    assert info["jobs"] == [{"runner": "gb200", "runs_on": ["gb200"]}]
 
 
 def test_sglang_sources_of_the_cpu_install(tmp_path):

@@ -198,7 +198,10 @@ def test_a_server_ends_when_the_harness_that_started_it_is_killed_outright(tmp_p
         "from sglang_spec_harness.engines import ServerCommand; from sglang_spec_harness.run.server import ServerProcess;"
         f"command = ServerCommand([sys.executable, {str(FAKE_SERVER)!r}, '--port', '{port}'], {{'FAKE_SERVER_MODE': 'healthy'}});"
         f"server = ServerProcess(command, log_path=Path({str(tmp_path / 'server.log')!r}), port={port}, startup_timeout_s=20);"
-        f"server.__enter__(); Path({str(pid_file)!r}).write_text(str(server.pid)); time.sleep(600)")])
+        # written aside and renamed: the file never exists empty (it did between write_text's open and
+        # its write, and the read below got '')
+        f"server.__enter__(); Path({str(pid_file)!r} + '.part').write_text(str(server.pid));"
+        f"Path({str(pid_file)!r} + '.part').replace({str(pid_file)!r}); time.sleep(600)")])
     try:
         deadline = time.monotonic() + 30
         while not pid_file.exists() and time.monotonic() < deadline and harness.poll() is None:

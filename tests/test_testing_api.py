@@ -1,20 +1,39 @@
 """sglang_spec_harness.testing on stored real traces (the micro engine's CUDA graphs on an H200, tests/fixtures):
-exact counts per replay, the tidy frame, the assertion helpers' messages, bad input; the pytest
-plugin: registered as an installed entry point, inert until a test asks for its fixture; and
-`profile_server` through that fixture against the micro engine's live server (its `/start_profile`
-is SGLang's). The real SGLang server: tests/test_testing_sglang_cpu.py."""
+exact counts per replay, the positive controls (replays, eager counts), the tidy frame, the assertion
+helpers' messages, bad input; the pytest plugin: registered as an installed entry point, inert until
+a test asks for its fixture; and `profile_server` against the micro engine's live server (its
+`/start_profile` is SGLang's): through that fixture, from plain code (the caller's event loop and
+signal handlers kept, the temporary trace folder removed or kept as asked), and from a unittest file
+in SGLang's style run as `python3 FILE` (tests/sglang_style/). The real SGLang server:
+tests/test_testing_sglang_cpu.py."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import importlib.metadata
+import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from support.sglang_style import run_test_file
 
 from sglang_spec_harness.errors import HarnessInputError
-from sglang_spec_harness.testing import CountUnavailable, ServerProfile, assert_kernel, assert_no_kernel, profile_server
+from sglang_spec_harness.testing import (
+    CountUnavailable,
+    ProfilingError,
+    ServerProfile,
+    assert_eager_kernel,
+    assert_kernel,
+    assert_no_kernel,
+    assert_replays,
+    profile_server,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NUM_STEPS = 3  # the recorder's --speculative-num-steps: the draft selects NUM_STEPS - 1 times per replay
@@ -74,6 +93,30 @@ def test_assert_no_kernel_passes_and_fails_with_a_readable_message(fast_path, no
         assert_no_kernel(no_fast_path, "softmax", region="DRAFT_EXTEND")
     with pytest.raises(AssertionError, match=r"in DRAFT_DECODE \(5 graph replays\): expected >= 1 in every replay, found 0 per replay"):
         assert_kernel(fast_path, "softmax", region="DRAFT_DECODE")
+
+
+def test_the_positive_controls_need_no_internals(fast_path, no_fast_path):
+    # replays: graph replays on a GPU trace (PREFILL ran eagerly: none); a regex region is counted too
+    assert [no_fast_path.replays(r) for r in ("DRAFT_DECODE", "DRAFT_EXTEND", "TARGET_VERIFY", "PREFILL")] == [CYCLES] * 3 + [0]
+    assert no_fast_path.replays(r"^step\[DECODE bs=1\]$") == CYCLES and no_fast_path.replays("no such span") == 0
+    assert assert_replays(fast_path, "DRAFT_DECODE", at_least=CYCLES) == CYCLES
+    with pytest.raises(AssertionError, match=r"micro_cuda_on_bs1.trace.json.gz: PREFILL has 0 graph replays, expected >= 1 "
+                       r"\(regions that have some: DRAFT_EXTEND 5, DRAFT_DECODE 5, TARGET_VERIFY 5\)$"):
+        assert_replays(fast_path, "PREFILL")
+    # eager: the softmax outside the graphs, in the draft extend's spans (one each) and the prefill's
+    assert no_fast_path.eager_count("softmax", region="DRAFT_EXTEND") == CYCLES
+    assert (no_fast_path.eager_count("softmax", region="PREFILL"), fast_path.eager_count("softmax", region="PREFILL")) == (1, 1)
+    assert no_fast_path.eager_count("softmax", region="DRAFT_DECODE") == 0  # its softmax is all in the replays
+    assert no_fast_path.eager_count("softmax") == CYCLES + 1 and fast_path.eager_count("softmax") == 1
+    ops = no_fast_path.analyzed.ops_frame()  # the same figure, from the trace's every op
+    assert int(ops.loc[~ops["is_graph"], "match:softmax"].sum()) == CYCLES + 1
+    assert no_fast_path.eager_count("cunn_SoftMaxForward") == CYCLES + 1  # a regex, counted on the same traces
+    assert assert_eager_kernel(fast_path, "softmax", region="PREFILL") == 1
+    with pytest.raises(AssertionError, match=r": 'cunn_SoftMaxForward\|softmax_warp_forward\|\^aten::_softmax\$' ran eagerly "
+                       r"0 times in DRAFT_DECODE's spans, outside graph replays; expected >= 1$"):
+        assert_eager_kernel(no_fast_path, "softmax", region="DRAFT_DECODE")
+    with pytest.raises(AssertionError, match=r": 'no_such_kernel' ran eagerly 0 times anywhere"):
+        assert_eager_kernel(fast_path, re.compile("no_such_kernel"))
 
 
 def test_a_region_without_replays_is_unavailable_not_zero(fast_path):
@@ -164,9 +207,88 @@ def test_the_fixture_profiles_a_live_server_through_start_profile(micro_server, 
 
 @pytest.mark.slow
 def test_a_failed_request_stops_the_profiler_and_says_which(micro_server, tmp_path):
-    from sglang_spec_harness.testing import ProfilingError
-
     _, url = micro_server
     with pytest.raises(ProfilingError, match=f"{url}: prompt 1 failed while profiling: HTTP 400"):
         profile_server(url, num_steps=50, prompts=["fine", [10**9]], output_dir=tmp_path)  # an id past the vocabulary
     profile_server(url, num_steps=2, prompts=["fine"], max_new_tokens=8, output_dir=tmp_path / "next")  # not still profiling
+
+
+@pytest.mark.slow
+def test_profile_server_leaves_the_callers_event_loop_and_signal_handlers_as_they_were(micro_server, tmp_path):
+    """A test (or SGLang's test utilities) may have set an event loop in its thread: asyncio.run there
+    would leave none set ('There is no current event loop') and replace the SIGINT handler meanwhile."""
+    _, url = micro_server
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        profile_server(url, num_steps=2, prompts=["fine"], max_new_tokens=8, output_dir=tmp_path / "a")
+        assert asyncio.get_event_loop() is loop and signal.getsignal(signal.SIGINT) is handler
+
+        async def inside_a_running_loop() -> int:  # pytest-asyncio, IsolatedAsyncioTestCase
+            return profile_server(url, num_steps=2, prompts=["fine"], max_new_tokens=8, output_dir=tmp_path / "b").replays("DRAFT_DECODE")
+
+        assert loop.run_until_complete(inside_a_running_loop()) >= 1
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+@pytest.mark.slow
+def test_a_temporary_trace_folder_goes_with_its_profile_and_keep_traces_keeps_it(micro_server, tmp_path, monkeypatch):
+    _, url = micro_server
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes the temporary folders
+    ask = {"num_steps": 2, "prompts": ["fine"], "max_new_tokens": 8}
+    profile = profile_server(url, **ask)
+    folder = profile.trace_dir
+    assert folder is not None and folder.parent == tmp_path and not profile.kept
+    assert all(path.parent == folder and path.is_file() for path in profile.traces)
+    profile.close()
+    assert not folder.exists() and profile.count("softmax", region="DRAFT_DECODE")  # counted already: still read
+    with profile_server(url, **ask) as profile:
+        folder = profile.trace_dir
+    assert folder is not None and not folder.exists()
+    folder = profile_server(url, **ask).trace_dir  # dropped at once: collected
+    gc.collect()
+    assert folder is not None and not folder.exists()
+    with pytest.raises(ProfilingError):  # a failure removes it too
+        profile_server(url, num_steps=50, prompts=["fine", [10**9]])
+    assert not list(tmp_path.glob("harness-server-profile-*"))
+    # kept: in a folder of keep_traces (or $HARNESS_KEEP_TRACES), named where an assertion fails
+    kept = profile_server(url, keep_traces=tmp_path / "kept", **ask)
+    monkeypatch.setenv("HARNESS_KEEP_TRACES", str(tmp_path / "kept-too"))
+    also = profile_server(url, **ask)
+    assert kept.kept and also.kept and kept.trace_dir.parent == tmp_path / "kept" and also.trace_dir.parent == tmp_path / "kept-too"
+    with pytest.raises(AssertionError, match=rf"expected >= 1 in every replay, found 0 per replay .* \[traces: {re.escape(str(kept.trace_dir))}\]$"):
+        assert_kernel(kept, "softmax", region="TARGET_VERIFY")
+    kept_dir, also_dir = kept.trace_dir, also.trace_dir
+    kept.close()
+    del kept, also
+    gc.collect()
+    assert list(kept_dir.glob("*.trace.json.gz")) and list(also_dir.glob("*.trace.json.gz"))
+    with pytest.raises(HarnessInputError, match="give output_dir or keep_traces, not both"):
+        profile_server(url, output_dir=tmp_path / "out", keep_traces=tmp_path / "kept", **ask)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fast_path", ["on", "off"])
+def test_a_unittest_file_in_sglangs_style_passes_or_fails_as_python3_file(fast_path, tmp_path):
+    """tests/sglang_style/test_micro_draft_runs_no_softmax.py as SGLang's CI runs a file: `python3
+    FILE`, unittest, its exit status. pytest cannot be imported there (the API must not need it)."""
+    (tmp_path / "no-pytest").mkdir()
+    for name in ("pytest", "_pytest"):
+        (tmp_path / "no-pytest" / f"{name}.py").write_text("raise ImportError('pytest imported')\n")
+    (tmp_path / "tmp").mkdir()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+           "PYTHONPATH": str(tmp_path / "no-pytest"), "TMPDIR": str(tmp_path / "tmp"),
+           "MICRO_SERVER_ARGS": "" if fast_path == "on" else "--disable-topk1-fast-path"}
+    run = run_test_file(sys.executable, "test_micro_draft_runs_no_softmax.py", env=env, cwd=tmp_path, timeout=240)
+    if fast_path == "on":
+        assert run.returncode == 0 and re.search(r"^Ran 1 test in .*\n\nOK$", run.output, re.M), run.output[-4000:]
+    else:
+        assert run.returncode == 1 and "FAILED (failures=1)" in run.output, run.output[-4000:]
+        assert re.search(rf"^AssertionError: http://127\.0\.0\.1:\d+: '[^']+' in DRAFT_DECODE \(4 spans\): expected none, "
+                         rf"found {MICRO_NUM_STEPS - 1} per replay \(4 of 4 replays, 8 in all; aten::_softmax x8\)$",
+                         run.output, re.M), run.output[-4000:]
+    assert "pytest imported" not in run.output and not run.leftover
+    assert not list((tmp_path / "tmp").glob("harness-server-profile-*")), "a trace folder was left"

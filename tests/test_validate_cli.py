@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,26 @@ def test_shipped_scenarios_validate():
     result = validate(*scenarios)
     assert result.returncode == 0, result.stderr
     assert "micro_topk1.yaml: ok" in result.stdout and "micro_topk4_control.yaml: ok" in result.stdout
+
+
+def test_validate_and_scenario_info_take_a_shipped_scenarios_name_as_run_does(tmp_path):
+    def harness(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+
+    shipped = REPO / "scenarios" / "micro_topk1.yaml"
+    for name in ("micro_topk1", "micro_topk1.yaml"):
+        result = harness("validate", name)
+        assert result.returncode == 0 and result.stdout.startswith(f"{shipped}: ok (micro_topk1: engine micro"), result.stderr
+    result = harness("scenario-info", "--json", "micro_topk1", "sglang_cpu_tiny_eagle_topk1")
+    assert result.returncode == 0, result.stderr
+    # `scenario` stays as given: what CI then hands to `harness run`, which resolves it the same way
+    assert [(i["scenario"], i["name"]) for i in json.loads(result.stdout)] == [
+        ("micro_topk1", "micro_topk1"), ("sglang_cpu_tiny_eagle_topk1", "sglang_cpu_tiny_eagle_topk1")]
+    # a file of that name (here, in the working directory) wins, as it does for `harness run`
+    (tmp_path / "micro_topk1").write_text(GOOD)
+    assert harness("validate", "micro_topk1").stdout.startswith("micro_topk1: ok (t: engine micro")
+    assert json.loads(harness("scenario-info", "--json", "micro_topk1").stdout)[0]["name"] == "t"
+    result = harness("validate", "no_such_scenario")
+    assert result.returncode == 2 and result.stderr.startswith(
+        "harness validate: no_such_scenario: no such file, nor a shipped scenario of that name (shipped: ")

@@ -39,7 +39,8 @@ def print_results(results) -> None:  # ResultsRecord, imported lazily
     def text(value: object) -> str:  # names and reasons come from files: no markup, no control characters
         return escape(one_line(value))
 
-    colours = {Verdict.PASS: "green", Verdict.FAIL: "red", Verdict.INCONCLUSIVE: "yellow", Verdict.INFO: "cyan"}
+    colours = {Verdict.PASS: "green", Verdict.FAIL: "red", Verdict.INCONCLUSIVE: "yellow", Verdict.INFO: "cyan",
+               Verdict.NOT_RUN: "blue"}
     console = Console(highlight=False, soft_wrap=True)
     judged = [r for r in results.rules if r.verdict != Verdict.INFO]
     info = [r for r in results.rules if r.verdict == Verdict.INFO]

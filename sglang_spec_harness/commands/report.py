@@ -12,6 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also append summary.md to the file named by $GITHUB_STEP_SUMMARY (when set)",
     )
+    parser.add_argument("--pr-comment", metavar="FILE",
+                        help="also write the pull request's comment to FILE: a hidden marker line, the verdict, the rule "
+                        "table, the TPOT line and the link to the report (a workflow posts it, editing its last one)")
+    parser.add_argument("--comment-key", metavar="KEY",
+                        help="what the comment's marker names (default: the scenario's name): one comment per KEY")
+    parser.add_argument("--report-url", metavar="URL", help="the link to the report in the comment (http or https)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,6 +25,10 @@ def run(args: argparse.Namespace) -> int:
 
     from sglang_spec_harness.extras import require_extras
 
+    from sglang_spec_harness.errors import HarnessInputError
+
+    if args.report_url and not args.report_url.startswith(("https://", "http://")):
+        raise HarnessInputError(f"--report-url {args.report_url!r}: expected an http(s) URL")
     require_extras("report")  # before anything imports the report's modules
     from sglang_spec_harness.report import append_step_summary, build_report
 
@@ -30,4 +40,10 @@ def run(args: argparse.Namespace) -> int:
         target = append_step_summary(Path(args.run_dir))
         if target is not None:
             print(f"  appended to {target}")
+    if args.pr_comment:
+        from sglang_spec_harness.report.pr_comment import write_pr_comment
+
+        written = write_pr_comment(Path(args.run_dir), Path(args.pr_comment), key=args.comment_key,
+                                   report_url=args.report_url)
+        print(f"  PR comment: {written}")
     return 0

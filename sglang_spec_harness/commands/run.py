@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the server commands; start nothing")
     parser.add_argument("--repetitions", type=_positive_int, metavar="N", help="timed trials per variant (overrides the scenario)")
+    parser.add_argument("--only", choices=["exact"],
+                        help="exact: the profiled passes and the exact rules only, no timed rounds (trials.only: exact): "
+                        "kernel counts, accept length and outputs are judged, the timing rules are reported NOT_RUN")
     add_set_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="plain output: one line per trial")
     parser.add_argument("--json", action="store_true",
@@ -80,9 +83,10 @@ def print_plan(scenario: Any, result: Any, *, aa: bool) -> None:
     else:
         blocks = sum(1 for t in trials if t.kind == "timed")
         own = sum(1 for t in trials if t.launch is None)
+        timing = ("exact only: no timed rounds" if spec.only == "exact" else
+                  f"{spec.repetitions} rounds of one block of {block_size(scenario)} requests per arm ({blocks} blocks)")
         print(f"{head}: {len(result.launches) + own} server launches ({spec.launches_per_arm} per arm"
-              f"{f', plus {own} for nsys-profiled passes' if own else ''}), {spec.repetitions} rounds of one "
-              f"block of {block_size(scenario)} requests per arm ({blocks} blocks), {len(trials) - blocks} profiled passes")
+              f"{f', plus {own} for nsys-profiled passes' if own else ''}), {timing}, {len(trials) - blocks} profiled passes")
         together = ("one server at a time" if result.mode == "sequential" else "one launch per arm up at a time"
                     if spec.servers_up == "pair" else "all up at once, started together")
         print(f"launches ({together}):")
@@ -166,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> RunOutcome:
     from sglang_spec_harness.pipeline import load_run_scenario, run_pipeline
 
-    scenario, path = load_run_scenario(args.scenario, args.overrides, args.repetitions)
+    overrides = [*args.overrides, *([f"trials.only={args.only}"] if args.only else [])]
+    scenario, path = load_run_scenario(args.scenario, overrides, args.repetitions)
     if args.dry_run:
         outcome = run_pipeline(scenario, path, out_root=Path(args.out), aa=args.aa, dry_run=True)
         print_plan(scenario, outcome.run, aa=args.aa)
@@ -202,7 +207,7 @@ def print_outcome(outcome: RunOutcome) -> None:
     elif outcome.status != "complete":
         if outcome.evaluation_error is not None:  # the run's own error below is what matters
             print(f"harness run: verdict/report of the incomplete run failed: {outcome.evaluation_error}", file=sys.stderr)
-        for line in outcome.run.log_tail[-10:]:
+        for line in (outcome.run.log_tail if outcome.run is not None else [])[-10:]:
             print(f"  server.log | {one_line(line)}", file=sys.stderr)
         print(f"harness run: INCONCLUSIVE (run incomplete): {outcome.error}{where}", file=sys.stderr)
     elif outcome.evaluation_error is not None:  # e.g. the disk filled up after the last trial: the measurements are whole

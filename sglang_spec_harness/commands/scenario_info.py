@@ -11,7 +11,8 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML files")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="scenario YAML files, or shipped scenarios' names (e.g. micro_topk1), as `harness run` takes them")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
                         help="change a field first, as `harness run --set` does (e.g. hardware.runners=[b200])")
     form = parser.add_mutually_exclusive_group()
@@ -24,9 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def describe(path: str, overrides: list[str]) -> dict:
+    """`scenario` is the argument as given: what `harness run` is then given (a name resolves there too)."""
     from sglang_spec_harness.scenario import load_scenario
+    from sglang_spec_harness.shipped import scenario_path
 
-    s = load_scenario(path, overrides)
+    s = load_scenario(scenario_path(path), overrides)
     hw = s.hardware
     return {"scenario": path, "name": s.name, "engine": s.engine, "accelerator": hw.accelerator, "gpus": hw.gpus,
             "sglang_version": s.server.sglang_version,

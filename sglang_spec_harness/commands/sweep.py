@@ -2,8 +2,14 @@
 (or `--source REPO --revisions REV...`: at each revision of a checkout), a run directory and a
 history point per release, and the change points with the kernel diff that explains each.
 
+Spread over runners: `harness sweep baseline SCENARIO ...` (the baseline's trials, once), then on each
+runner `harness sweep SCENARIO ... --shard I/N --baseline-from FOLDER`, then `harness sweep merge
+SHARD_FOLDER...` (one sweep folder, the history, the change points). `harness sweep SCENARIO` is
+`harness sweep run SCENARIO`.
+
 Exit codes: 0 when at least two points ran (the series and their change points are in sweep.json and
-the history); 3 when fewer did; 2 bad input; 130 on Ctrl-C.
+the history; a shard: one of its own; the baseline step: its run completed); 3 when fewer did; 2 bad
+input; 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,7 +27,11 @@ DB_HELP = ("the history database the points go into: a SQLite file or a database
            "else reports/history.sqlite")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+ACTIONS = ("run", "baseline", "merge")
+DEFAULT_ACTION = "run"  # `harness sweep SCENARIO ...` (cli.py)
+
+
+def _add_sweep_arguments(parser: argparse.ArgumentParser, *, baseline_step: bool) -> None:
     parser.add_argument("scenario", metavar="SCENARIO.yaml", help="the scenario file")
     parser.add_argument("--sglang-releases", metavar="A..B", dest="releases",
                         help="SGLang's releases from A to B inclusive (final and .postN, from the registry, in version order)")
@@ -36,17 +46,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each release runs: sglang-cpu (this CPU's environments, sglang_spec_harness.sglang_cpu), target "
                         "(the release installed beside the variant's interpreter: a GPU runner), auto (sglang-cpu for a "
                         "scenario with the CPU shims)")
-    parser.add_argument("--confirm", action="store_true",
-                        help="run the two points of each timing change point again side by side (interleaved, one "
-                        "session, the TPOT rule's statistics) and keep whether it is confirmed, with its interval; in "
-                        "a sweep too short for the change-point test, every step of the timing series")
-    parser.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
-    parser.add_argument("--no-history", action="store_true", help="do not ingest the points into the history database")
+    if not baseline_step:
+        parser.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+        parser.add_argument("--no-history", action="store_true", help="do not ingest the points into the history database")
+        parser.add_argument("--shard", metavar="I/N",
+                            help="run shard I of N only: the points at positions I-1, I-1+N, ... (needs --baseline-from; "
+                            "no history: the merge ingests)")
+        parser.add_argument("--baseline-from", metavar="FOLDER",
+                            help="with --shard: the folder `harness sweep baseline` wrote (its baseline run is adopted)")
+        parser.add_argument("--confirm", action="store_true",
+                            help="run the two points of each timing change point again side by side (interleaved, one "
+                            "session, the TPOT rule's statistics) and keep whether it is confirmed, with its interval; in "
+                            "a sweep too short for the change-point test, every step of the timing series (not with --shard)")
     parser.add_argument("--out", metavar="DIR", default="reports/sweeps", help="where sweeps go (default: reports/sweeps)")
     parser.add_argument("--json", action="store_true", help="print sweep.json at the end (progress goes to stderr)")
     from sglang_spec_harness.commands.run import add_set_argument
 
     add_set_argument(parser)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="sweep_action", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    run_help = "the candidate at each point (the default action: harness sweep SCENARIO ...)"
+    _add_sweep_arguments(sub.add_parser("run", help=run_help, description=run_help), baseline_step=False)
+    baseline_help = ("a sharded sweep's first step: the baseline's trials, run once; names the sweep, and every "
+                     "shard adopts them (--shard I/N --baseline-from FOLDER)")
+    _add_sweep_arguments(sub.add_parser("baseline", help=baseline_help, description=baseline_help), baseline_step=True)
+    merge_help = ("join the shards' folders into one sweep folder: sweep.json, the run directories, the history "
+                  "database, the change points and the trend page")
+    merge = sub.add_parser("merge", help=merge_help, description=merge_help)
+    merge.add_argument("shards", nargs="+", metavar="SHARD_FOLDER", help="each shard's folder (harness sweep --shard I/N)")
+    merge.add_argument("--out", metavar="DIR", help="the merged sweep's folder (default: reports/sweeps/<the sweep's name>)")
+    merge.add_argument("--db", metavar="PATH_OR_URL", help=DB_HELP)
+    merge.add_argument("--no-history", action="store_true", help="do not ingest the points (no change points, no page)")
+    merge.add_argument("--partial", action="store_true",
+                       help="merge the shards given even if some are missing (their points: could not run)")
+    merge.add_argument("--json", action="store_true", help="print the merged sweep.json")
 
 
 class SweepLines(RunsProgressLines):
@@ -55,9 +91,14 @@ class SweepLines(RunsProgressLines):
 
     def started(self, result: Any) -> None:
         labels = [p.label for p in result.points]
-        self.say(f"sweep {result.scenario}: variant {result.request.variant} at {len(labels)} point(s) "
-                 f"({labels[0]} .. {labels[-1]}), environments: {result.environments}; rules: {', '.join(result.rules)}")
-        self.say(f"  output: {result.out_dir}")
+        of = f" of {len(result.sweep_points)}" if result.sweep_points else ""
+        what = f"variant {result.request.variant} at {len(labels)}{of} point(s) ({labels[0]} .. {labels[-1]})"
+        if result.part == "baseline":
+            what = f"the baseline's trials, once, for the shards of a sweep of {what}"
+        elif result.request.shard is not None:
+            what = f"{result.request.shard.describe()}: {what}"
+        self.say(f"sweep {result.scenario}: {what}, environments: {result.environments}; rules: {', '.join(result.rules)}")
+        self.say(f"  output: {result.out_dir}" + (f" (sweep {result.name})" if result.name != result.out_dir.name else ""))
         for note in result.notes:
             self.say(f"  note: {note}")
 
@@ -101,15 +142,24 @@ def point_line(point: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     from sglang_spec_harness.extras import require_extras
 
-    require_extras("report", *([] if args.no_history else ["history"]))
+    if args.sweep_action == "merge":
+        return _merge(args)
+    baseline_step = args.sweep_action == "baseline"
+    require_extras("report", *([] if baseline_step or args.no_history or args.shard else ["history"]))
     from sglang_spec_harness.sweep.result import SweepRequest
     from sglang_spec_harness.sweep.run import run_sweep
+    from sglang_spec_harness.sweep.shards import Shard
 
+    shard = getattr(args, "shard", None)
+    baseline_from = getattr(args, "baseline_from", None)
     request = SweepRequest(scenario_path=Path(args.scenario), releases=args.releases,
                            source=Path(args.source) if args.source else None, revisions=tuple(args.revisions),
                            variant=args.variant, rules=tuple(args.rules), environments=args.environments,
-                           out_root=Path(args.out), db=args.db, ingest=not args.no_history,
-                           overrides=tuple(args.overrides), confirm=args.confirm)
+                           out_root=Path(args.out), db=getattr(args, "db", None),
+                           ingest=not (baseline_step or args.no_history), overrides=tuple(args.overrides),
+                           baseline_only=baseline_step, shard=Shard.parse(shard) if shard is not None else None,
+                           baseline_from=Path(baseline_from) if baseline_from else None,
+                           confirm=getattr(args, "confirm", False))
     result = run_sweep(request, SweepLines(sys.stderr if args.json else sys.stdout))
     if args.json:
         print(json.dumps(result.to_json_dict(), indent=2))
@@ -120,11 +170,38 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from sglang_spec_harness.extras import require_extras
+
+    require_extras("report", *([] if args.no_history else ["history"]))
+    from sglang_spec_harness.sweep.merge import MergeRequest, merge_shards
+
+    request = MergeRequest(shards=tuple(Path(f) for f in args.shards), out_dir=Path(args.out) if args.out else None,
+                           db=args.db, ingest=not args.no_history, partial=args.partial)
+    stream = sys.stderr if args.json else sys.stdout
+    result = merge_shards(request, lambda text: print(text, file=stream, flush=True))
+    if args.json:
+        print(json.dumps(result.to_json_dict(), indent=2))
+    else:
+        print_result(result)
+    return result.exit_code
+
+
 def print_result(result: Any) -> None:
     print(f"{result.message or result.status}")
-    for point in result.points:
-        print("  " + point_line(point))
-    history = result.history or {}
+    if result.part != "baseline":
+        for point in result.points:
+            print("  " + point_line(point))
+    if result.part == "shard":
+        print("change points: the merge's (harness sweep merge), over every shard's points")
+    elif result.part != "baseline":
+        print_changes(result.history or {})
+    page = result.out_dir / "index.html"
+    print(f"sweep.json: {result.out_dir / 'sweep.json'}" + (f"; page: {page}" if page.exists() else "")
+          + f" ({seconds(result.wall_s or 0)})")
+
+
+def print_changes(history: dict[str, Any]) -> None:
     changes = history.get("change_points", [])
     print(f"{len(changes)} change point(s)" + (":" if changes else ""))
     for change in changes:
@@ -135,6 +212,3 @@ def print_result(result: Any) -> None:
               f"{change['metric']}{values} ({change.get('kind')}; why: {change.get('explanation') or MISSING})")
     for explanation in history.get("explanations") or []:
         print(f"why {explanation.get('id')}: {explanation.get('sentence')}")
-    page = result.out_dir / "index.html"
-    print(f"sweep.json: {result.out_dir / 'sweep.json'}" + (f"; page: {page}" if page.exists() else "")
-          + f" ({seconds(result.wall_s or 0)})")

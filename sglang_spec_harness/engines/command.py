@@ -13,7 +13,7 @@ from pathlib import Path
 from sglang_spec_harness.import_root import harness_import_root
 from sglang_spec_harness.scenario import Scenario
 
-# The directory that holds the `harness` package: a source checkout, or site-packages after
+# The directory that holds the `sglang_spec_harness` package: a source checkout, or site-packages after
 # `pip install .`. Never a server's PYTHONPATH (see sglang_spec_harness.import_root); environment.json asks git here.
 HARNESS_SOURCE_ROOT = Path(__file__).resolve().parents[2]
 # A directory with a `sitecustomize.py` that imports the modules named in $HARNESS_PATCHES in

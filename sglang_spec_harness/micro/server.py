@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_int,
         default=0,
         metavar="N",
-        help="busy-wait N microseconds in every draft-decode cycle: a planted slowdown of known size",
+        help="spin N microseconds of CPU time in every draft-decode cycle: a planted slowdown of known size",
     )
     engine.add_argument(
         "--mmap-threshold",

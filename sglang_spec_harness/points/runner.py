@@ -68,6 +68,11 @@ class PointRunner:
         self.once_run_dir = run_dir
         return run
 
+    def adopt_once(self, run_dir: Path) -> None:
+        """The trials of the arms that do not change from a run made elsewhere (a sharded sweep's
+        baseline step), adopted by each point as `run_once`'s are."""
+        self.once_run_dir = run_dir
+
     def run_point(self, scenario: Scenario, run_dir: Path, *, select: Selection | None = None,
                   sweep: SweepPoint | None = None) -> PointOutcome:
         """Run one point's trials (`select`, default the plan's), adopt the trials that ran once,
@@ -79,7 +84,8 @@ class PointRunner:
         if outcome.interrupted_by is not None:  # the run stopped its servers; unwind the caller too
             raise interrupt_exception(outcome.interrupted_by)
         if outcome.status != "complete":
-            return PointOutcome(run_dir, INCONCLUSIVE, f"run incomplete: {why_it_stopped(outcome.run)}", complete=False)
+            why = why_it_stopped(outcome.run) if outcome.run is not None else outcome.error
+            return PointOutcome(run_dir, INCONCLUSIVE, f"run incomplete: {why}", complete=False)
         if outcome.results is None:  # a complete run whose checks or report could not be written
             return PointOutcome(run_dir, INCONCLUSIVE, f"not checked: {outcome.evaluation_error}", complete=False)
         return PointOutcome(run_dir, outcome.results.verdict, first_reason(outcome.results), complete=True)

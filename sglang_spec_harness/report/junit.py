@@ -96,9 +96,11 @@ def junit_tree(data: ReportData) -> ET.ElementTree[ET.Element]:
             element.text = _details(rule)
         elif verdict == Verdict.PASS:
             continue
-        else:  # INCONCLUSIVE, or anything unknown: never a pass
+        else:  # INCONCLUSIVE, NOT_RUN, or anything unknown: never a pass
             skipped += 1
-            element = ET.SubElement(case, "skipped", message=reason if verdict == Verdict.INCONCLUSIVE else f"verdict {verdict!r}: {reason}")
+            message = (reason if verdict == Verdict.INCONCLUSIVE else f"{Verdict.NOT_RUN}: {reason}"
+                       if verdict == Verdict.NOT_RUN else f"verdict {verdict!r}: {reason}")
+            element = ET.SubElement(case, "skipped", message=message)
             element.text = _details(rule)
 
     _set_counts(suite, tests=max(len(judged), 1) if not info else len(judged), failures=failures, errors=errors,

@@ -11,7 +11,8 @@ from sglang_spec_harness.report.data import ReportData
 from sglang_spec_harness.report.key_numbers import accept_line, count_lines, counts_from_rules, tpot_numbers
 from sglang_spec_harness.vocabulary import Verdict
 
-VERDICT_ICON: dict[str, str] = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.INCONCLUSIVE: "⚠️", Verdict.INFO: "ℹ️"}
+VERDICT_ICON: dict[str, str] = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.INCONCLUSIVE: "⚠️", Verdict.INFO: "ℹ️",
+                                Verdict.NOT_RUN: "⏭️"}
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 

@@ -200,7 +200,14 @@ def make_plan(scenario: Scenario, *, aa: bool = False, select: Selection | None 
     """The launches and trials in run order. Call `with_run_seed` first to know (and record) the seed.
 
     `select`: the (arm, kind) pairs to run, e.g. `{("candidate", "profiled")}`; None runs everything.
-    A subset keeps each trial's and launch's index from the full plan."""
+    A subset keeps each trial's and launch's index from the full plan. `trials.only: exact` selects
+    the profiled passes of every arm (of those `select` names)."""
+    if scenario.trials.only == "exact":
+        if aa:
+            raise HarnessInputError("trials.only: exact runs no timed rounds, and an A/A run measures nothing else "
+                                    "(its rule is the timing noise): drop --aa or --only exact")
+        passes: set[tuple[str, TrialKind]] = {(arm, "profiled") for arm in arms(scenario)}
+        select = passes if select is None else passes & set(select)
     if scenario.trials.budget is not None:
         if select is not None:
             raise HarnessInputError("trials.budget: an adaptive design cannot be run in parts (harness bisect, "

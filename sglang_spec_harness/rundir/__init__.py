@@ -9,6 +9,7 @@
   and the readers' one size cap (`MAX_FILE_BYTES`) and idea of a valid number (`valid_number`)
 - `migrations`: records of older schema versions brought to the current one on load
 - `integrity`: whether a run directory is whole (`missing_pieces`)
+- `schemas`: the JSON Schemas generated from these models (docs/schemas/)
 """
 
 from sglang_spec_harness.rundir.integrity import missing_pieces

@@ -12,6 +12,7 @@ kind, chosen by `kind`, each with its kind's numbers.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -23,6 +24,10 @@ RECORD_MODELS: dict[str, type[BaseModel]] = {"results": ResultsRecord, "analysis
 
 def record_json_schema(name: str) -> str:
     """The JSON Schema of `<name>.json` in a run directory (`results` or `analysis`), as text."""
-    schema = RECORD_MODELS[name].model_json_schema(mode="validation")
+    return schema_text(RECORD_MODELS[name].model_json_schema(mode="validation"))
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A generated JSON Schema as the committed files hold it."""
     # `$schema` first: validators pick the draft from it
     return json.dumps({"$schema": DRAFT, **schema}, indent=2)

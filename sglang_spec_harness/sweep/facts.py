@@ -14,7 +14,7 @@ from sglang_spec_harness.sweep.result import SweepResult
 def _not_run(result: SweepResult) -> list[dict[str, Any]]:
     """Rows for the points that never got a run directory (their environment could not be built):
     the sweep's page lists every point, with why."""
-    name = result.out_dir.name
+    name = result.name or result.out_dir.name
     return [{"run": f"{p.label} (no run)", "run_key": None, "scenario": result.scenario, "aa": False, "mode": None,
              "status": "cannot run", "reason": p.reason, "started": None, "verdict": None, "hardware": MISSING,
              "sglang_version": p.point if result.request.axis == "sglang_release" else None, "sglang_commit": None,
@@ -29,7 +29,7 @@ def sweep_facts(engine: Any, result: SweepResult) -> dict[str, Any]:
     from sglang_spec_harness.history.analyze import history_facts
 
     facts = history_facts(engine, scenarios=[result.scenario])
-    name = result.out_dir.name
+    name = result.name or result.out_dir.name
     series = [s for s in facts["series"] if s.get("sweep") == name]
     ids = {s["series"] for s in series}
     points = [c for c in facts["change_points"] if c["series"] in ids]
@@ -44,4 +44,16 @@ def sweep_facts(engine: Any, result: SweepResult) -> dict[str, Any]:
             "acks": [a for a in facts.get("acks") or [] if a["series"] in ids],
             "run_list": [r for r in facts["run_list"] if r.get("sweep") == name] + _not_run(result),
             "sweeps": [w for w in facts.get("sweeps") or [] if w.get("sweep") == name or w.get("name") == name],
-            "damaged": [d for d in facts["damaged"] if Path(d.get("path") or "").parent.parent.name == name]}
+            "damaged": [d for d in facts["damaged"] if Path(d.get("path") or "").parent.parent == result.out_dir]}
+
+
+def write_history(engine: Any, result: SweepResult) -> None:
+    """The sweep's series, change points and explanations into `result.history` (for sweep.json), and
+    its trend page (index.html, history.json) into its folder: after a whole sweep, and after a merge
+    of shards, the same way."""
+    from sglang_spec_harness.history.page import write_trend_page
+
+    facts = sweep_facts(engine, result)
+    result.history = {"series": facts["series"], "change_points": facts["change_points"],
+                      "explanations": facts["explanations"]}
+    write_trend_page(facts, result.out_dir)

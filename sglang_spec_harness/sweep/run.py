@@ -11,6 +11,11 @@ the sweep goes on: its series has a gap there, never a zero. A point's run depen
 scenario, its own environment and the baseline's trials (`_Sweep.run_point`): the points before it
 change nothing in it, so any subset of the points can run apart.
 
+That is what lets a sweep spread over runners (`shards.py`): `harness sweep baseline` runs the
+baseline's trials once and names the sweep; each `--shard I/N --baseline-from FOLDER` adopts that
+one run and runs its share of the points, without the history; `harness sweep merge` (`merge.py`)
+joins the shards and computes the series and change points as an unsharded sweep does.
+
 The sweep's folder (`reports/sweeps/<timestamp>-<scenario>/`):
 ```
 sweep.json          the request, every point so far (status, why, verdict, numbers, times) and, at
@@ -18,6 +23,8 @@ sweep.json          the request, every point so far (status, why, verdict, numbe
 baseline/           a run directory: the trials that run once
 points/<NN>-<label>/   a run directory per point (run.json `sweep` says which point it is)
 ```
+A sharded sweep's parts sit beside it: `<name>-baseline/` (sweep.json, baseline/) and
+`<name>-shard-<I>-of-<N>/` (sweep.json, baseline/ linked from the baseline step's, its points/).
 """
 
 from __future__ import annotations
@@ -26,25 +33,31 @@ import contextlib
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sglang_spec_harness.engines import server_python
 from sglang_spec_harness.errors import HarnessInputError
-from sglang_spec_harness.files import new_stamped_dir, write_json_atomic
+from sglang_spec_harness.files import new_stamped_dir
 from sglang_spec_harness.points.git import Repo, Worktrees
 from sglang_spec_harness.points.plan import PointPlan, choose_rules, fixed_design, point_plan
 from sglang_spec_harness.points.runner import PointRunner
 from sglang_spec_harness.points.scenario_at import at_commit, at_release, paths_inside, provider_for
 from sglang_spec_harness.releases.environments import EnvironmentProvider, ReleaseEnvironment, ReleaseUnavailable
 from sglang_spec_harness.releases.versions import registry_releases, releases_in_range
+from sglang_spec_harness.run.combine import link_tree
+from sglang_spec_harness.run.environment import harness_facts
 from sglang_spec_harness.run.interrupts import interrupt_signum, signals_raise_interrupt
 from sglang_spec_harness.run.plan import Selection, with_run_seed
 from sglang_spec_harness.rundir import SweepPoint
 from sglang_spec_harness.scenario import Scenario, load_scenario
-from sglang_spec_harness.sweep.facts import sweep_facts
+from sglang_spec_harness.sweep.facts import write_history
 from sglang_spec_harness.sweep.measured import point_numbers, server_start_s
 from sglang_spec_harness.sweep.result import PointResult, QuietSweep, SweepProgress, SweepRequest, SweepResult
+from sglang_spec_harness.sweep.shards import (
+    Shard, baseline_id, identity_difference, point_keys, read_sweep_json, scenario_sha256)
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")  # a revision's name in a folder name (origin/main -> origin-main)
 
@@ -59,10 +72,39 @@ def _points(request: SweepRequest, repo: Repo | None) -> list[PointResult]:
             for i, (rev, c) in enumerate(zip(request.revisions, commits, strict=True))]
 
 
-def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, PointPlan, Selection]:
-    """Every check of the input before anything starts (HarnessInputError: one line, exit 2). Returns
-    the scenario (only the chosen rules, one seed), the repository (revisions), the empty result, the
-    rules' plan (what runs once) and the trials that run at each point."""
+@dataclass
+class Prepared:
+    """What `prepare` checked and built: the scenario (only the chosen rules, one seed), the
+    repository (revisions), the empty result, the rules' plan (what runs once), the trials that run
+    at each point, where each release runs, and a shard's baseline step (its sweep.json)."""
+
+    scenario: Scenario
+    repo: Repo | None
+    result: SweepResult
+    plan: PointPlan
+    each: Selection
+    provider: EnvironmentProvider | None
+    baseline_doc: dict[str, Any] | None
+
+
+def _check_parts(request: SweepRequest) -> dict[str, Any] | None:
+    """The flags of a sweep spread over runners; a shard's baseline step (its sweep.json)."""
+    if request.shard is not None and request.baseline_from is None:
+        raise HarnessInputError(f"--shard {request.shard}: needs --baseline-from FOLDER, the folder `harness sweep "
+                                "baseline` wrote: every shard adopts that one baseline run (docs/history.md)")
+    if request.baseline_from is not None and request.shard is None:
+        raise HarnessInputError("--baseline-from: only with --shard I/N")
+    if request.shard is not None and request.db:
+        raise HarnessInputError("--db: a shard's points go into the history database when the shards are merged "
+                                "(harness sweep merge --db)")
+    if request.baseline_from is None:
+        return None
+    return read_sweep_json(request.baseline_from, "--baseline-from")
+
+
+def prepare(request: SweepRequest) -> Prepared:
+    """Every check of the input before anything starts (HarnessInputError: one line, exit 2)."""
+    baseline_doc = _check_parts(request)
     scenario = load_scenario(request.scenario_path, request.overrides)
     where = str(request.scenario_path)
     if request.variant not in scenario.variants:
@@ -81,6 +123,9 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
         if not paths_inside(scenario, request.variant, repo.root):
             raise HarnessInputError(f"{where}: variants.{request.variant}.pythonpath: no entry lies inside {repo.root}, "
                                     "so every revision would run the same code (e.g. pythonpath: [/src/sglang/python])")
+    if baseline_doc is not None and scenario.trials.seed is None and isinstance(baseline_doc.get("seed"), int):
+        # the sweep's one seed, as an unsharded sweep's points share one
+        scenario = scenario.model_copy(update={"trials": scenario.trials.model_copy(update={"seed": baseline_doc["seed"]})})
     rules = choose_rules(scenario, request.variant, list(request.rules), where)
     # every point runs the variant's timed blocks (its TPOT series), whatever the rules read
     scenario, note = fixed_design(with_run_seed(scenario.model_copy(update={"rules": rules})), rules, "sweep", timed=True)
@@ -91,17 +136,11 @@ def prepare(request: SweepRequest) -> tuple[Scenario, Repo | None, SweepResult, 
                                 "length are recorded as series instead")
     # Each point: the rules' trials of the variant, and its timed blocks (TPOT, accept length).
     each: Selection = frozenset({*plan.each_point, (request.variant, "timed"), (request.variant, "profiled")})
-    points = _points(request, repo)
+    harness = harness_facts()
     result = SweepResult(request=request, scenario=scenario.name, rules=[r.name for r in rules], out_dir=Path(),
-                         points=points, notes=[note] if note else [])
-    return scenario, repo, result, plan, each
-
-
-def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> SweepResult:
-    """Sweep; never raises for a point that cannot run or an interruption (the result says so). Bad
-    input raises HarnessInputError before anything starts."""
-    progress = progress or QuietSweep()
-    scenario, repo, result, plan, each = prepare(request)
+                         points=_points(request, repo), notes=[note] if note else [], part=request.part,
+                         scenario_sha256=scenario_sha256(scenario), seed=scenario.trials.seed,
+                         harness={"version": harness["version"], "git_commit": harness["git_commit"]})
     provider: EnvironmentProvider | None = None
     if request.axis == "sglang_release":
         provider = provider_for(request.environments, server_python(scenario, request.variant),
@@ -109,16 +148,87 @@ def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> S
         result.environments = provider.name
     else:
         result.environments = "git worktrees"
+    if request.shard is not None and baseline_doc is not None:
+        _take_share(result, request.shard, baseline_doc, request.baseline_from or Path())
+    return Prepared(scenario, repo, result, plan, each, provider, baseline_doc)
+
+
+def _take_share(result: SweepResult, shard: Shard, doc: dict[str, Any], folder: Path) -> None:
+    """A shard's points, once its baseline step is checked to be of this very sweep (the same
+    scenario as run, rules, points, harness; a baseline run that completed)."""
+    where = f"--baseline-from {folder}"
+    if doc.get("part") != "baseline" or not isinstance(doc.get("name"), str):
+        raise HarnessInputError(f"{where}: not the folder of `harness sweep baseline` (sweep.json part: "
+                                f"{doc.get('part')!r})")
+    if doc.get("status") != "done":
+        raise HarnessInputError(f"{where}: its baseline run did not complete ({doc.get('message') or doc.get('status')})")
+    result.name = doc["name"]
+    mine = result.to_json_dict()
+    if (difference := identity_difference(mine, doc)) is not None:
+        raise HarnessInputError(f"{where}: a baseline of another sweep: {difference}")
+    if point_keys(mine["points"]) != point_keys(doc["points"]):
+        raise HarnessInputError(f"{where}: a baseline of another sweep: its points are "
+                                f"{', '.join(str(p.get('label')) for p in doc['points'] if isinstance(p, dict))}, "
+                                f"this sweep's {', '.join(p.label for p in result.points)}")
+    recorded: dict[str, Any] = doc["baseline"] if isinstance(doc.get("baseline"), dict) else {}
+    if recorded.get("id") != baseline_id(folder / "baseline"):
+        raise HarnessInputError(f"{where}: baseline/ is not the run its sweep.json records (baseline.id "
+                                f"{recorded.get('id')})")
+    result.sweep_points = [{"position": p.position, "point": p.point, "label": p.label} for p in result.points]
+    share = [p for p in result.points if shard.owns(p.position)]
+    if not share:
+        raise HarnessInputError(f"--shard {shard}: the sweep has {len(result.points)} point(s), so {shard.describe()} "
+                                "would run none")
+    result.points = share
+    result.baseline = {"id": recorded.get("id"), "from": folder.resolve().name, "wall_s": recorded.get("wall_s")}
+
+
+def _new_folder(request: SweepRequest, result: SweepResult, scenario: Scenario) -> Path:
+    """The folder this part writes: a whole sweep's `<timestamp>-<scenario>` (its name); the baseline
+    step's `<name>-baseline`, for a name no folder there has; a shard's `<name>-shard-<I>-of-<N>`."""
+    root = request.out_root
+    if request.shard is not None:
+        folder = root / f"{result.name}-shard-{request.shard.index}-of-{request.shard.count}"
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            raise HarnessInputError(f"--out: {folder} exists: a shard writes a folder of its own (remove it to run "
+                                    "the shard again)") from None
+        return folder.resolve()
+    if not request.baseline_only:
+        folder = new_stamped_dir(root, scenario.name, "a sweep folder").resolve()
+        result.name = folder.name
+        return folder
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):  # a name free for the merged sweep too: <out>/<name>
+        name = f"{stamp}-{scenario.name}" + (f"-{n}" if n > 1 else "")
+        if (root / name).exists():
+            continue
+        try:
+            (root / f"{name}-baseline").mkdir()
+        except FileExistsError:
+            continue
+        result.name = name
+        return (root / f"{name}-baseline").resolve()
+    raise HarnessInputError(f"--out {root}: {stamp}-{scenario.name}-baseline to -999 all exist")
+
+
+def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> SweepResult:
+    """Sweep (or its baseline step, or a shard); never raises for a point that cannot run or an
+    interruption (the result says so). Bad input raises HarnessInputError before anything starts."""
+    progress = progress or QuietSweep()
+    prepared = prepare(request)
+    result = prepared.result
     engine = _open_history(request)
-    result.out_dir = new_stamped_dir(request.out_root, scenario.name, "a sweep folder").resolve()
+    result.out_dir = _new_folder(request, result, prepared.scenario)
     progress.started(result)
-    sweep = _Sweep(scenario, repo, result, progress, PointRunner(request.scenario_path, plan, progress.run), provider,
-                   engine, each)
+    sweep = _Sweep(prepared, progress, PointRunner(request.scenario_path, prepared.plan, progress.run), engine)
     started = time.monotonic()
     with signals_raise_interrupt():
         try:
-            sweep.save()
-            if sweep.run_baseline():
+            result.save()
+            if sweep.baseline():
                 sweep.run(result.points)
                 if request.confirm:
                     sweep.confirm()
@@ -137,7 +247,8 @@ def run_sweep(request: SweepRequest, progress: SweepProgress | None = None) -> S
 
 
 def _open_history(request: SweepRequest) -> Any:
-    if not request.ingest:
+    """The history database; none for the baseline step and a shard (the merge ingests the points)."""
+    if not request.ingest or request.part != "whole":
         return None
     from sglang_spec_harness.history.db import open_database
 
@@ -145,19 +256,32 @@ def _open_history(request: SweepRequest) -> Any:
 
 
 class _Sweep:
-    def __init__(self, scenario: Scenario, repo: Repo | None, result: SweepResult, progress: SweepProgress,
-                 points: PointRunner, provider: EnvironmentProvider | None, engine: Any, each: Selection):
-        self.scenario, self.repo, self.result, self.progress = scenario, repo, result, progress
-        self.runner, self.provider, self.engine, self.each = points, provider, engine, each
-        self.variant = result.request.variant
-        self.worktrees = Worktrees(repo) if repo is not None else None
+    def __init__(self, prepared: Prepared, progress: SweepProgress, points: PointRunner, engine: Any):
+        self.scenario, self.repo, self.result, self.progress = prepared.scenario, prepared.repo, prepared.result, progress
+        self.runner, self.provider, self.engine, self.each = points, prepared.provider, engine, prepared.each
+        self.request = prepared.result.request
+        self.variant = self.request.variant
+        self.worktrees = Worktrees(prepared.repo) if prepared.repo is not None and not self.request.baseline_only else None
 
     def close(self) -> None:
         if self.worktrees is not None:
             self.worktrees.close()
 
-    def save(self) -> None:
-        write_json_atomic(self.result.out_dir / "sweep.json", self.result.to_json_dict())
+    def baseline(self) -> bool:
+        """The baseline's trials, before any point: run here (a whole sweep, the baseline step) or
+        adopted from the baseline step (a shard). False when no point is to run: they failed (the
+        result says so), or this is the baseline step."""
+        if self.request.shard is not None:
+            self._adopt_baseline()
+            return True
+        ran = self.run_baseline()
+        if self.request.baseline_only:
+            if ran:
+                self.result.status = "done"
+                self.result.message = (f"the baseline's trials ran once for the sweep's {len(self.result.points)} "
+                                       f"point(s); each shard adopts them: --baseline-from {self.result.out_dir}")
+            return False
+        return ran
 
     def run_baseline(self) -> bool:
         """The trials that run once (none when the rules need only the variant's); False when they
@@ -167,22 +291,36 @@ class _Sweep:
             return True
         run_dir = result.out_dir / "baseline"
         self.progress.baseline_started(run_dir)
+        started = time.monotonic()
         run = self.runner.run_once(self.scenario, run_dir)
         result.baseline_run_dir = run_dir
         if run.status != "complete":
             result.status = "cannot judge"
             result.message = f"the run of the arms that do not change ({run_dir}) failed: {run.error}"
             return False
+        result.baseline = {"id": baseline_id(run_dir), "from": None, "wall_s": round(time.monotonic() - started, 1)}
         return True
 
+    def _adopt_baseline(self) -> None:
+        """A shard's baseline: the baseline step's run, linked into the shard's folder (so that the
+        folder stands alone: an artifact, the merge), and adopted by every point as a whole sweep's."""
+        source = (self.request.baseline_from or Path()) / "baseline"
+        if not self.result.baseline.get("id"):  # the rules need no baseline trials
+            return
+        run_dir = self.result.out_dir / "baseline"
+        link_tree(run_dir, source)
+        self.runner.adopt_once(run_dir)
+        self.result.baseline_run_dir = run_dir
+
     def run(self, points: list[PointResult]) -> None:
-        """Run the points in order, sweep.json saved after each; then the sweep is done."""
+        """Run the points in order, sweep.json saved after each; then the sweep (or shard) is done."""
         result = self.result
+        total = len(result.sweep_points or result.points)
         for point in points:
-            self.progress.point_started(point, len(result.points))
+            self.progress.point_started(point, total)
             self.run_point(point)
-            self.save()
-            self.progress.point_finished(point, len(result.points))
+            result.save()
+            self.progress.point_finished(point, total)
         result.status = "done"
         result.message = (f"{len(result.ran)} of {len(result.points)} point(s) ran" +
                           (f"; could not run: {', '.join(p.label for p in result.points if p.status != 'ran')}"
@@ -217,7 +355,7 @@ class _Sweep:
         try:
             outcome = self.runner.run_point(
                 scenario, run_dir, select=self.each,
-                sweep=SweepPoint(sweep=self.result.out_dir.name, axis=self.result.request.axis,
+                sweep=SweepPoint(sweep=self.result.name, axis=self.request.axis,
                                  point=point.point, label=point.label, position=point.position,
                                  environment=point.environment))
         finally:
@@ -280,14 +418,8 @@ class _Sweep:
         ingest(self.engine, [run_dir])
 
     def finish(self) -> None:
-        """The change points of the sweep's series (from the history database) and its trend page
-        (index.html, history.json), then sweep.json."""
+        """A whole sweep's change points (from the history database) and trend page; then sweep.json.
+        A shard's series are the merge's to read: alone, its neighbouring points are not neighbours."""
         if self.engine is not None and self.result.ran:
-            from sglang_spec_harness.history.page import write_trend_page
-
-            facts = sweep_facts(self.engine, self.result)
-            self.result.history = {"series": facts["series"], "change_points": facts["change_points"],
-                                   "explanations": facts["explanations"]}
-            write_trend_page(facts, self.result.out_dir)
-        self.save()
-
+            write_history(self.engine, self.result)
+        self.result.save()

@@ -110,10 +110,11 @@ def region_times_per_cycle(run: RunDir, variant: str, regions: list[str]) -> Reg
 
 # The per-trial numbers the rules take from the timed trials' summaries (trial.json `summary`).
 SummaryMetric = Literal["median_tpot_ms", "accept_length"]
+TrialKind = Literal["timed", "profiled"]
 
 
-def timed_values(run: RunDir, variant: str, metric: SummaryMetric) -> list[float]:
-    values = (getattr(trial.summary, metric) for trial in run.trials_of(variant, "timed"))
+def timed_values(run: RunDir, variant: str, metric: SummaryMetric, kind: TrialKind = "timed") -> list[float]:
+    values = (getattr(trial.summary, metric) for trial in run.trials_of(variant, kind))
     return [float(value) for value in values if value is not None]
 
 
@@ -202,15 +203,28 @@ def outputs_by_index(trial: StoredTrial) -> dict[int, list[int]]:
             if row.output_ids is not None and not row.error}
 
 
-def output_source(run: RunDir, baseline: str, candidate: str) -> str:
-    """Which trials' outputs the identity rule compares: the timed ones, or the profiled passes when
-    the run did not plan timed trials of both arms (a subset of the plan: a bisection step, or a
-    sweep's point, whose timed blocks are the candidate's alone). Profiled passes send the same
-    prompts in both arms (same request indices), and greedy outputs do not depend on the profiler."""
+def output_source(run: RunDir, baseline: str, candidate: str) -> TrialKind:
+    """Which trials' outputs (and accept lengths) the comparison rules read: the timed ones, or the
+    profiled passes when the run did not plan timed trials of both arms (a subset of the plan: a
+    bisection step, a sweep's point, whose timed blocks are the candidate's alone; an exact-only
+    run). Profiled passes send the same prompts in both arms (same request indices), and greedy
+    outputs and their acceptance do not depend on the profiler."""
     planned = {(entry.variant, entry.kind) for entry in run.run.plan}
     if (baseline, "timed") in planned and (candidate, "timed") in planned:
         return "timed"
     return "profiled"
+
+
+def request_accept_pairs(run: RunDir, baseline: str, candidate: str) -> tuple[list[float], list[float]]:
+    """The accept length of each measured request of the profiled passes, paired across the arms by
+    (pass, prompt index): (baseline's, candidate's), requests without a verify step left out."""
+    def by_key(variant: str) -> dict[tuple[int | None, int], float]:
+        return {(trial.record.repetition, row.index): row.completion_tokens / row.spec_verify_ct
+                for trial in run.trials_of(variant, "profiled") for row in trial.requests
+                if not row.error and row.spec_verify_ct and row.completion_tokens is not None}
+    base, cand = by_key(baseline), by_key(candidate)
+    keys = sorted(base.keys() & cand.keys(), key=lambda k: (k[0] or 0, k[1]))
+    return [base[k] for k in keys], [cand[k] for k in keys]
 
 
 # ---- what a variant returned, and the vocabulary it was served from ------------------------------

@@ -17,7 +17,7 @@ from sglang_spec_harness.verdict.evidence import timed_values
 from sglang_spec_harness.verdict.rules.aa_noise import evaluate_aa_noise
 from sglang_spec_harness.verdict.rules.output_validity import implicit_rule
 from sglang_spec_harness.verdict.rules.registry import EVALUATORS, OPTIONAL_BOUNDS
-from sglang_spec_harness.vocabulary import INCONCLUSIVE, INFO, overall_verdict
+from sglang_spec_harness.vocabulary import INCONCLUSIVE, INFO, NOT_RUN, is_timing_kind, overall_verdict
 
 
 def informational(rule: Any) -> list[str] | None:
@@ -32,6 +32,13 @@ def _as_information(result: RuleResult, unset: list[str]) -> RuleResult:
     """A rule that cannot fail, reported for its numbers only: INFO, whatever it found."""
     result.reason = f"informational (no bound: set {' or '.join(unset)} to judge it): {result.reason}"
     result.verdict = INFO
+    return result
+
+
+def _as_not_run(result: RuleResult) -> RuleResult:
+    """A timing rule of an exact-only run (`trials.only: exact`): it had no timed rounds to judge."""
+    result.reason = "not run: the run was exact-only (trials.only: exact, harness run --only exact): no timed rounds"
+    result.verdict = NOT_RUN
     return result
 
 
@@ -63,10 +70,13 @@ def evaluate_run(run: RunDir) -> ResultsRecord:
             if isinstance(rule, (AcceptLengthRule, OutputIdentityRule, OutputValidityRule)):
                 results.append(EVALUATORS[rule.kind](run, rule))
     else:
+        exact_only = run.scenario.trials.only == "exact"
         for rule in rules:
             result = EVALUATORS[rule.kind](run, rule)
             unset = informational(rule)
-            results.append(_as_information(result, unset) if unset else result)
+            if exact_only and is_timing_kind(rule.kind):
+                result = _as_not_run(result)
+            results.append(_as_information(result, unset) if unset and result.verdict != NOT_RUN else result)
     variants = {
         name: {
             "timed_trials": [t.name for t in run.trials_of(name, "timed")],
