@@ -53,7 +53,7 @@ from sglang_spec_harness.run.interrupts import interrupt_signum, signals_raise_i
 from sglang_spec_harness.run.plan import Selection, with_run_seed
 from sglang_spec_harness.rundir import SweepPoint
 from sglang_spec_harness.scenario import Scenario, load_scenario
-from sglang_spec_harness.sweep.facts import write_history
+from sglang_spec_harness.sweep.facts import sweep_facts, write_history
 from sglang_spec_harness.sweep.measured import point_numbers, server_start_s
 from sglang_spec_harness.sweep.result import PointResult, QuietSweep, SweepProgress, SweepRequest, SweepResult
 from sglang_spec_harness.sweep.shards import (
@@ -386,7 +386,7 @@ class _Sweep:
         def store(rows: list[dict[str, Any]]) -> None:
             store_confirmations(self.engine, rows)
             self.result.confirmations += rows
-            self.save()
+            self.result.save()
 
         # the statistics of the scenario as written: the sweep's own copy keeps only its exact rules
         written = load_scenario(self.runner.scenario_path, self.result.request.overrides)
