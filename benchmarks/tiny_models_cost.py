@@ -58,15 +58,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=2, help="ABBA: each pair runs both designs, alternating which first")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "tiny-models-cost")
-    parser.add_argument("--result", type=Path, help="JSON file for the figures (written after every run)")
+    parser.add_argument("--result", type=Path, help="JSON file for the figures (written after every run; continued when it exists)")
     args = parser.parse_args()
     for design, where in MODELS.items():
         ensure(design, where)
     args.out.mkdir(parents=True, exist_ok=True)
-    runs: list[dict] = []
-    record = {"scenario": os.path.relpath(SCENARIO, ROOT), "date": time.strftime("%Y-%m-%d %H:%M"),
-              "machine": f"{os.cpu_count()} CPUs", "runs": runs}
-    for pair in range(args.pairs):
+    # a result file that exists is continued: its pairs count, the next pair takes the next order
+    record = json.loads(args.result.read_text()) if args.result and args.result.exists() else {
+        "scenario": os.path.relpath(SCENARIO, ROOT), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{os.cpu_count()} CPUs", "runs": []}
+    runs: list[dict] = record["runs"]
+    done = len(runs) // 2
+    for pair in range(done, done + args.pairs):
         order = ["bigram", "context"] if pair % 2 == 0 else ["context", "bigram"]
         for design in order:
             runs.append(one_run(design, args.out / design))
