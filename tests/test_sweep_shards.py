@@ -21,7 +21,9 @@ from support.bisect_demo import CLEAN, SOFTMAX_BACK, make_repo, same_file, write
 
 from sglang_spec_harness.rundir import RunRecord, read_record
 
-pytestmark = pytest.mark.slow
+# The module's fixture runs the same sweep twice (whole, then a baseline step, two shards and a merge):
+# twice a sweep test's time, 303 s alone on the loaded 2-core VM, past pytest's 300 s default.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 REVISIONS = [CLEAN, CLEAN, SOFTMAX_BACK, SOFTMAX_BACK]  # the softmax comes back between shard 2's point and shard 1's
 TRIALS = {"mode": "interleaved", "launches": 1, "repetitions": 1, "profiled": 1}
 # One seed for both sweeps, so that even the scenario's hash is the same (a sweep draws one otherwise).
