@@ -152,6 +152,20 @@ def run_design(design: str, names: list[str], overrides: list[str], runs_root: P
             "mutations": results}
 
 
+def aa_summary(runs: list[dict[str, Any]], count: int) -> dict[str, Any]:
+    """The exact rules (every rule but the A/A noise floor, which has no timed evidence here) must PASS
+    in every run."""
+    for run in runs:
+        results = ROOT / run["run_dir"] / "results.json"
+        if results.exists():
+            run["rules"] = {r["name"]: r["verdict"] for r in json.loads(results.read_text())["rules"]}
+            run["exact_rules"] = [r["name"] for r in json.loads(results.read_text())["rules"] if r["kind"] != "aa_noise"]
+    exact = sorted({name for run in runs for name in run.get("exact_rules", [])})
+    passed = sum(1 for r in runs if r["status"] == "complete" and r.get("exact_rules")
+                 and all(r["rules"].get(n) == "PASS" for n in r["exact_rules"]))
+    return {"runs": runs, "exact_rules": exact, "passed": passed, "of": count}
+
+
 def run_aa(design: str, count: int, overrides: list[str], runs_root: Path) -> dict[str, Any]:
     """`count` A/A runs of the unmodified server (harness run --aa: both arms SGLang as installed, the
     baseline's patches; each run its own seed): the exact rules must PASS every time."""
@@ -166,9 +180,7 @@ def run_aa(design: str, count: int, overrides: list[str], runs_root: Path) -> di
         runs.append({"status": outcome.status, "verdict": str(outcome.verdict), "rules": rules,
                      "seconds": round(time.monotonic() - t0, 1), "run_dir": os.path.relpath(outcome.run_dir, ROOT)})
         print(f"[{design}] A/A {i + 1}/{count}: {outcome.verdict} {rules} ({runs[-1]['seconds']} s)", flush=True)
-    exact = [name for name in runs[0]["rules"] if name != "aa_noise"] if runs else []
-    passed = sum(1 for r in runs if r["status"] == "complete" and all(r["rules"].get(n) == "PASS" for n in exact))
-    return {"runs": runs, "exact_rules": exact, "passed": passed, "of": count}
+    return aa_summary(runs, count)
 
 
 def rescore(path: Path) -> dict[str, Any]:
@@ -183,6 +195,8 @@ def rescore(path: Path) -> dict[str, Any]:
             entry.update(summarize(run_dir, entry["status"]), bug_class=mutation.bug_class, what=mutation.what,
                          expected_rule=mutation.expected_rule)
             entry["meets_target"] = meets_target(entry, mutation.expected_rule)
+        if design.get("aa"):
+            design["aa"] = aa_summary(design["aa"]["runs"], design["aa"]["of"])
         if design.get("mutations"):
             entries = design["mutations"].values()
             design.update(caught=sum(e["caught"] for e in entries), meets_target=sum(e["meets_target"] for e in entries))
