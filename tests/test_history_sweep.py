@@ -425,7 +425,7 @@ def test_a_version_2_database_gets_the_functions_table_and_its_runs_are_read_aga
                                              hardware="cpu", ingested_at="2026-01-01T00:00:00+00:00"))
     engine.dispose()
     engine = db.open_database(url)
-    assert db.schema_version(engine) == db.SCHEMA_VERSION == 3
+    assert db.schema_version(engine) == db.SCHEMA_VERSION == 4
     assert "region_functions" in sa.inspect(engine).get_table_names()
     with engine.connect() as conn:
         assert conn.execute(sa.select(db.runs.c.fingerprint)).scalar_one() == "migrated-from-2"

@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((REPO / "scenarios").glob("sglang_*.yaml"))
 CPU_SCENARIO = REPO / "scenarios" / "sglang_cpu_tiny_eagle_topk1.yaml"  # the real server on a CPU
 SWEEP_SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"  # SGLang's releases on a CPU
-GPU_SCENARIOS = [p for p in SCENARIOS if p not in (CPU_SCENARIO, SWEEP_SCENARIO)]
+MUTATIONS_SCENARIO = REPO / "scenarios" / "sglang_cpu_mutations.yaml"  # planted bugs on the CPU server
+GPU_SCENARIOS = [p for p in SCENARIOS if p not in (CPU_SCENARIO, SWEEP_SCENARIO, MUTATIONS_SCENARIO)]
 HELP_NAME = "sglang-0.5.23-launch-server-help.txt"
 ENGINE_ADDED_FLAGS = ("--model-path", "--speculative-draft-model-path", "--host", "--port")
 
@@ -59,6 +60,7 @@ def sglang_flags() -> set[str]:
 
 def test_sglang_scenarios_are_shipped():
     assert [p.name for p in SCENARIOS] == [
+        "sglang_cpu_mutations.yaml",
         "sglang_cpu_release_sweep.yaml",
         "sglang_cpu_tiny_eagle_topk1.yaml",
         "sglang_deepseek_v32_mtp_rocm_tp8.yaml",
@@ -126,6 +128,18 @@ def test_cpu_scenario_shape():
     assert {"accept_length", "output_identity", "tpot_gain"} <= {c.kind for c in scenario.rules}
 
 
+def test_mutations_scenario_shape():
+    """The mutation suite's scenario: both arms SGLang as installed with the CPU shims, the candidate with
+    the mutations module (which plants the bug HARNESS_MUTATION names), only exact rules."""
+    scenario = load_scenario(MUTATIONS_SCENARIO)
+    assert scenario.variants["baseline"].patches == ["sglang_spec_harness.sglang_cpu.shims"]
+    assert scenario.variants["candidate"].patches == ["sglang_spec_harness.sglang_cpu.shims",
+                                                      "sglang_spec_harness.patches.sglang_mutations"]
+    assert "HARNESS_MUTATION" in scenario.variants["candidate"].env
+    assert {c.kind for c in scenario.rules} == {"output_identity", "accept_length", "output_validity"}
+    assert scenario.trials.profiled == 0
+
+
 def test_release_sweep_scenario_shape():
     """The sweep's scenario: the CPU scenario's model and draft configuration, settings every release
     from 0.5.10 on accepts, regions that mean the same in every release, and only exact rules."""
@@ -183,7 +197,8 @@ def test_build_command_argv_and_environment(path, tmp_path):
         else:
             assert PATCHES_ENV not in command.env
             assert str(PATCH_BOOTSTRAP_DIR) not in pythonpath
-        assert (RESTORE_TOPK1_SOFTMAX_PATCH in patches) == (variant == "baseline")
+        # the baseline patch in the baseline only (the mutation suite's arms: SGLang as installed, both)
+        assert (RESTORE_TOPK1_SOFTMAX_PATCH in patches) == (variant == "baseline" and path != MUTATIONS_SCENARIO)
     assert "--speculative-eagle-topk 1" in command.shell()
 
 
