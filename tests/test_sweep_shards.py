@@ -29,7 +29,8 @@ TRIALS = {"mode": "interleaved", "launches": 1, "repetitions": 1, "profiled": 1}
 # One seed for both sweeps, so that even the scenario's hash is the same (a sweep draws one otherwise).
 SEED = ["--set", "trials.seed=7"]
 # What is each run's own: when, where, how long, and the timings; the rest must be the same.
-PER_RUN = {"run_key", "run_keys", "started", "path", "path_before", "report", "report_before", "time_per_replay_us", "sentence",
+PER_RUN = {"run_key", "run_keys", "run_key_before", "run_key_after", "started", "path", "path_before", "report",
+           "report_before", "time_per_replay_us", "sentence",
            "worktree", "seconds", "tpot_ms", "harness_commit_before", "harness_commit_after"}
 PARTS = {"name", "part", "out_dir", "baseline_run_dir", "wall_s", "baseline", "shards", "history", "points"}
 
