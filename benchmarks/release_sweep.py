@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import yaml
+from figures import project_relative
 
 from sglang_spec_harness.releases.environments import read_stamp
 from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                             "steps": [{k: s[k] for k in ("number", "release", "role", "verdict", "reason")}
                                       for s in bisect["steps"]]}
         print(f"bisect exit {code} in {wall:.0f} s: {bisect['message']}", flush=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    args.out.write_text(project_relative(json.dumps(record, indent=2)) + "\n")
     if args.screenshot:
         from history_demo import screenshot  # this folder's trend-page screenshot (benchmarks/ is sys.path[0])
 

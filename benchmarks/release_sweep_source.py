@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from figures import project_relative
 
 from sglang_spec_harness.history import changed_functions, db, explain
 from sglang_spec_harness.history.page import write_trend_page
@@ -97,15 +97,6 @@ def _timed_explanations(engine: Any, folder: Path) -> tuple[SweepExplanations, d
     return found, seconds, trees, round(time.perf_counter() - started, 2)
 
 
-def relative_paths(text: str, sweep: Path) -> str:
-    """Committed figures name no machine's absolute paths: the sweep's own files relative to its folder
-    (`points/...`), the project's relative to the project."""
-    for root, name in ((sweep.resolve(), "."), (REPO.resolve(), ".")):
-        text = text.replace(json.dumps(str(root) + "/")[1:-1], "").replace(json.dumps(str(root))[1:-1], name)
-    # the release environments, wherever the checkout that ran the sweep was
-    return re.sub(r"/[^\"\s]*?/(\.sglang-cpu/)", r"\1", text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="a sweep folder (sweep.json, its runs with their traces)")
@@ -144,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 for side in ("before", "after")}},
         } for e in explanations],
     }
-    args.out.write_text(relative_paths(json.dumps(record, indent=2, ensure_ascii=False), args.sweep) + "\n")
+    args.out.write_text(project_relative(json.dumps(record, indent=2, ensure_ascii=False), (args.sweep, ".")) + "\n")
     print(f"wrote {args.out}: {len(points)} points, {len(explanations)} change point explanations")
     if args.screenshot:
         shown = next((e for e in explanations if e["source"]["changed"]), None)

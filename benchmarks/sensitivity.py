@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from figures import project_relative
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -150,10 +151,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:
-        args.result.write_text(json.dumps({
+        args.result.write_text(project_relative(json.dumps({
             "scenario": str(args.scenario), "machine": {"platform": platform.platform(), "python": platform.python_version(),
                                                         "cpus": __import__("os").cpu_count()},
-            "calibration": calibration, "runs": runs, "summary": summarize(runs, modes, fractions)}, indent=2) + "\n")
+            "calibration": calibration, "runs": runs, "summary": summarize(runs, modes, fractions)}, indent=2)) + "\n")
 
     def execute(mode: str, condition: str, fraction: float | None, delay_us: int | None, index: int) -> None:
         warm = {k: v for k, v in (("launches", args.launches), ("repetitions", args.rounds)) if v is not None}
