@@ -55,6 +55,17 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
+def commit_revision(repo: Path, i: int, date: str) -> str:
+    """Everything in the work tree as commit `revision i`, authored and committed at `date` (fixed
+    dates: the same hashes on every run); its hash."""
+    (repo / "README").write_text(f"revision {i}\n")
+    git(repo, "add", "-A")
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com",
+                    "commit", "-q", "-m", f"revision {i}"], check=True,
+                   env={**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
 def make_repo(root: Path, modules: list[str]) -> tuple[Path, list[str]]:
     """One commit per module text; returns the repository and the commit hashes, oldest first."""
     repo = root / "src"
@@ -63,13 +74,7 @@ def make_repo(root: Path, modules: list[str]) -> tuple[Path, list[str]]:
     hashes = []
     for i, text in enumerate(modules):
         (repo / "python" / "bisect_demo_patch.py").write_text(text.format(i=i))
-        (repo / "README").write_text(f"revision {i}\n")
-        git(repo, "add", "-A")
-        date = f"2025-01-{i + 1:02d}T12:00:00+00:00"
-        subprocess.run(["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com",
-                        "commit", "-q", "-m", f"revision {i}"], check=True,
-                       env={**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
-        hashes.append(git(repo, "rev-parse", "HEAD").strip())
+        hashes.append(commit_revision(repo, i, f"2025-01-{i + 1:02d}T12:00:00+00:00"))
     return repo, hashes
 
 

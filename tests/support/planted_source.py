@@ -7,11 +7,10 @@ with with_stack traces must name `choose` first, with its hunk (tests/test_sourc
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import yaml
+from support.bisect_demo import commit_revision, git
 
 SELECTION_BEFORE = '''"""Draft token selection for the micro engine (planted for the source explanation's test)."""
 
@@ -97,10 +96,6 @@ REVISIONS = [
 ]
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 def make_planted_repo(root: Path, revisions: list[dict[str, str]] = REVISIONS) -> tuple[Path, list[str]]:
     """One commit per revision (files of `python/planted/`); the repository and its commits, oldest first."""
     repo = root / "src"
@@ -112,13 +107,7 @@ def make_planted_repo(root: Path, revisions: list[dict[str, str]] = REVISIONS) -
         (package / "__init__.py").write_text('"""A package planted in a test repository."""\n')
         for name, text in files.items():
             (package / name).write_text(text)
-        (repo / "README").write_text(f"revision {i}\n")
-        git(repo, "add", "-A")
-        date = f"2025-02-{i + 1:02d}T12:00:00+00:00"
-        subprocess.run(["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com",
-                        "commit", "-q", "-m", f"revision {i}"], check=True,
-                       env={**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
-        hashes.append(git(repo, "rev-parse", "HEAD").strip())
+        hashes.append(commit_revision(repo, i, f"2025-02-{i + 1:02d}T12:00:00+00:00"))
     return repo, hashes
 
 
