@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import yaml
-from figures import project_relative
+from figures import harness, project_relative
 
 from sglang_spec_harness.releases.environments import read_stamp
 from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml
@@ -64,14 +64,6 @@ def memory_copy_gb_s(megabytes: int = 200, copies: int = 5) -> float:
     for _ in range(copies):
         bytes(buffer)
     return round(megabytes * copies / 1024 / (time.perf_counter() - started), 2)
-
-
-def harness(*args: str, log: Path) -> tuple[int, float]:
-    started = time.monotonic()
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, stdout=sink,
-                              stderr=subprocess.STDOUT, check=False)
-    return proc.returncode, round(time.monotonic() - started, 1)
 
 
 def newest(folder: Path) -> Path:

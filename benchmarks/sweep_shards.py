@@ -19,27 +19,21 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from figures import harness, project_relative  # benchmarks/ is sys.path[0]
+
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"
 # What is each run's own (when, where, how long, timings): left out of the comparison.
-PER_RUN = {"run_key", "started", "path", "path_before", "report", "report_before", "time_per_replay_us", "sentence",
-           "seconds", "tpot_ms", "harness_commit_before", "harness_commit_after", "source_dir", "worktree"}
+PER_RUN = {"run_key", "run_keys", "run_key_before", "run_key_after", "started", "path", "path_before", "report",
+           "report_before", "time_per_replay_us", "time_us", "sentence", "seconds", "tpot_ms", "harness_commit_before",
+           "harness_commit_after", "source_dir", "worktree"}
 # sweep.json's fields that say which part of a sweep a folder is, and when and where it ran.
 PARTS = {"name", "part", "out_dir", "baseline_run_dir", "wall_s", "baseline", "shards", "history", "points"}
-
-
-def harness(*args: str, log: Path) -> tuple[int, float]:
-    started = time.monotonic()
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "sglang_spec_harness.commands.cli", *args], cwd=REPO, stdout=sink,
-                              stderr=subprocess.STDOUT, check=False)
-    return proc.returncode, round(time.monotonic() - started, 1)
 
 
 def one_folder(out: Path, suffix: str) -> Path:
@@ -117,8 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", dest="overrides", metavar="PATH=VALUE",
                         default=["trials.repetitions=1", "workload.output_len=48", "trials.seed=7"],
                         help="--set on the scenario (default: one timed block of 48-token requests per release, one seed)")
+    parser.add_argument("--again", action="store_true",
+                        help="compare the sweeps stored in --work again (no server): `same` in --out rewritten")
     args = parser.parse_args(argv)
     work = args.work
+    if args.again:
+        record = json.loads(args.out.read_text())
+        whole = json.loads((one_folder(work / "whole", "") / "sweep.json").read_text())
+        record["same"] = compare(whole, json.loads((work / "merged" / "sweep.json").read_text()))
+        args.out.write_text(project_relative(json.dumps(record, indent=2), (work, "<work>")) + "\n")
+        print(json.dumps({k: v["identical"] for k, v in record["same"].items()}))
+        return 0
     work.mkdir(parents=True, exist_ok=True)
     sets = [a for o in args.overrides for a in ("--set", o)]
     points = [str(SCENARIO), "--sglang-releases", args.releases, *sets]
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "merged": {**summary(merged), "missing_shards": merged["missing_shards"]},
         "same": compare(whole, merged),
     }
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    args.out.write_text(project_relative(json.dumps(record, indent=2), (work, "<work>")) + "\n")
     print(json.dumps({k: v["identical"] for k, v in record["same"].items()}))
     print(f"wrote {args.out}; the sweeps and databases: {work}")
     return 0
