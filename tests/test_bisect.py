@@ -36,6 +36,8 @@ from support.bisect_demo import (
 )
 
 from sglang_spec_harness.points.plan import choose_rules, fixed_design, point_plan
+from sglang_spec_harness.points.runner import why_it_stopped
+from sglang_spec_harness.run.execute import RunResult
 from sglang_spec_harness.commands import cli
 from sglang_spec_harness.scenario import load_scenario, scenario_from_dict
 
@@ -425,3 +427,22 @@ def test_an_interrupted_bisection_exits_128_plus_signal_and_cleans_up(tmp_path, 
     assert git_state.count("worktree ") == 1 and not git(repo, "for-each-ref", "refs/bisect")
     pids = server_pids(out)
     assert pids and all(process_gone(pid) and group_gone(pid) for pid in pids)
+
+
+# A point whose server was killed during start-up, as a loaded machine's sweep stored it (0.5.13,
+# SIGKILL from the kernel): its log ends with the warm-up request's refused connection.
+KILLED_ERROR = ("server launch failed: 01-candidate-launch0: server killed by SIGKILL during startup (log: "
+                "points/01-0.5.13/launches/01-candidate-launch0/server.log): [2026-12-05 09:52:34] "
+                "kill_process_tree called: parent_pid=10594, include_parent=True, pid=10594")
+REFUSED = ("requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=35638): Max retries "
+           "exceeded with url: /model_info (Caused by NewConnectionError(...: [Errno 111] Connection refused))")
+
+
+def test_a_point_killed_by_a_signal_says_so_rather_than_its_last_symptom():
+    run = RunResult(run_dir=None, status="incomplete", plan=[], error=KILLED_ERROR, log_tail=["starting", REFUSED])
+    assert why_it_stopped(run) == KILLED_ERROR
+    # a server that failed on its own: its last error line is the reason, as before
+    crashed = RunResult(run_dir=None, status="incomplete", plan=[], error="server launch failed: exited with code 1",
+                        log_tail=["ImportError: cannot import name 'x'", "  File \"a.py\", line 1", "shutting down"])
+    assert why_it_stopped(crashed) == "ImportError: cannot import name 'x'"
+    assert why_it_stopped(RunResult(run_dir=None, status="incomplete", plan=[])) == "the run did not complete"

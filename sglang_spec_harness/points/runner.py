@@ -22,13 +22,19 @@ from sglang_spec_harness.run.plan import Selection
 from sglang_spec_harness.scenario import Scenario
 from sglang_spec_harness.vocabulary import FAIL, INCONCLUSIVE, Verdict
 
+_KILLED = re.compile(r"\bkilled by (SIG\w+|signal \d+)")  # run/server.py's describe_exit
 # A server log line that says why it stopped (the last such line is the reason shown).
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|failed|Killed|refused)", re.IGNORECASE)
 
 
 def why_it_stopped(run: RunResult) -> str:
-    """One line for a run that did not complete: the server's own last error line when it left one
-    (what a maintainer searches for), else the run's error."""
+    """One line for a run that did not complete: a server killed by a signal (the kernel's OOM
+    killer, a timeout) says so, because its last log lines are then only symptoms (a warm-up request
+    refused); otherwise the server's own last error line when it left one (what a maintainer searches
+    for), else the run's error."""
+    error = (run.error or "").splitlines()[0] if run.error else ""
+    if _KILLED.search(error):
+        return error[:400]
     for line in reversed(run.log_tail):
         text = line.strip()
         if text and _ERROR_LINE.search(text) and not text.startswith("File "):
