@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sglang_spec_harness.points.scenario_at import at_release  # noqa: E402
-from sglang_spec_harness.scenario import load_scenario, scenario_to_yaml  # noqa: E402
+from sglang_spec_harness.scenario import Scenario, load_scenario, scenario_to_yaml  # noqa: E402
 from sglang_spec_harness.sglang_cpu.releases import SglangCpuReleases  # noqa: E402
 
 SCENARIO = REPO / "scenarios" / "sglang_cpu_release_sweep.yaml"
@@ -62,8 +62,7 @@ def fixed_copy(source: Path, dest: Path) -> str:
     return "".join(difflib.unified_diff(lines, fixed, f"{RELEASE}:{FILE}", f"{RELEASE} without the statements:{FILE}"))
 
 
-def one_run(label: str, release_dirs: list[str], environment, work: Path) -> dict:
-    base = load_scenario(SCENARIO)
+def one_run(base: Scenario, label: str, release_dirs: list[str], environment, work: Path) -> dict:
     scenario = at_release(base, "candidate", environment)
     candidate = scenario.variants["candidate"]
     variants = {
@@ -104,11 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    environment = SglangCpuReleases(load_scenario(SCENARIO).variants["candidate"].python).prepare(RELEASE)
+    base = load_scenario(SCENARIO)
+    environment = SglangCpuReleases(base.variants["candidate"].python).prepare(RELEASE)
     released = Path(environment.pythonpath[0])
     diff = fixed_copy(released, work / "sglang-fixed")
-    runs = {"as_released": one_run("as_released", [str(released)], environment, work),
-            "without_the_statements": one_run("without_the_statements", [str(work / "sglang-fixed")], environment, work)}
+    runs = {"as_released": one_run(base, "as_released", [str(released)], environment, work),
+            "without_the_statements": one_run(base, "without_the_statements", [str(work / "sglang-fixed")],
+                                              environment, work)}
     record = {
         "what": f"SGLang {RELEASE} against {REFERENCE} on the release sweep's scenario (greedy outputs, 8 requests of "
                 f"96 tokens), as released and without the two statements SGLang PR #36430 deletes; produced by "

@@ -32,14 +32,14 @@ def why_it_stopped(run: RunResult) -> str:
     killer, a timeout) says so, because its last log lines are then only symptoms (a warm-up request
     refused); otherwise the server's own last error line when it left one (what a maintainer searches
     for), else the run's error."""
-    error = (run.error or "").splitlines()[0] if run.error else ""
+    error = (run.error or "the run did not complete").splitlines()[0][:400]
     if _KILLED.search(error):
-        return error[:400]
+        return error
     for line in reversed(run.log_tail):
         text = line.strip()
         if text and _ERROR_LINE.search(text) and not text.startswith("File "):
             return text[:400]
-    return (run.error or "the run did not complete").splitlines()[0][:400]
+    return error
 
 
 @dataclass

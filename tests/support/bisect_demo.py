@@ -78,8 +78,9 @@ def make_repo(root: Path, modules: list[str]) -> tuple[Path, list[str]]:
     return repo, hashes
 
 
-def write_scenario(root: Path, repo: Path, trials: dict | None = None, **candidate) -> Path:
-    data = {
+def scenario_data(repo: Path, trials: dict | None = None, **candidate) -> dict:
+    """The micro engine's scenario whose candidate runs the repository's `python/` with `candidate`'s fields."""
+    return {
         "name": "tiny_bisect",
         "engine": "micro",
         "server": {"args": {"--speculative-num-steps": 3, "--speculative-eagle-topk": 1, "--vocab-size": 512,
@@ -101,6 +102,10 @@ def write_scenario(root: Path, repo: Path, trials: dict | None = None, **candida
             {"name": "faster", "kind": "tpot_gain", "min_gain": 0.01},
         ],
     }
+
+
+def write_scenario(root: Path, repo: Path, trials: dict | None = None, **candidate) -> Path:
+    data = scenario_data(repo, trials, **candidate)
     path = root / "tiny_bisect.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

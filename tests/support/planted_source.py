@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from support.bisect_demo import commit_revision, git
+from support.bisect_demo import commit_revision, git, scenario_data
 
 SELECTION_BEFORE = '''"""Draft token selection for the micro engine (planted for the source explanation's test)."""
 
@@ -113,22 +113,10 @@ def make_planted_repo(root: Path, revisions: list[dict[str, str]] = REVISIONS) -
 
 def write_planted_scenario(root: Path, repo: Path) -> Path:
     """The micro engine's candidate runs the repository's package in its draft; profiled with stacks."""
-    data = {
-        "name": "planted_source",
-        "engine": "micro",
-        "server": {"args": {"--speculative-num-steps": 3, "--speculative-eagle-topk": 1, "--vocab-size": 512,
-                            "--hidden-size": 32, "--device": "cpu", "--num-threads": 1},
-                   "startup_timeout_s": 60, "request_timeout_s": 60},
-        "variants": {
-            "baseline": {"args": {"--disable-topk1-fast-path": True}},
-            "candidate": {"pythonpath": [str(repo / "python")], "patches": ["planted.hooks"]},
-        },
-        "workload": {"num_requests": 2, "input_len": 16, "output_len": 16, "concurrency": 2, "warmup_requests": 1},
-        "trials": {"mode": "interleaved", "launches": 1, "repetitions": 1, "profiled": 1},
-        "profile": {"num_steps": 4, "activities": ["CPU"], "with_stack": True},
-        "rules": [{"name": "no_softmax", "kind": "kernel_count", "region": "DRAFT_DECODE", "pattern": "softmax",
-                   "variants": ["candidate"], "equals": 0}],
-    }
+    data = scenario_data(repo, {"mode": "interleaved", "launches": 1, "repetitions": 1, "profiled": 1},
+                         patches=["planted.hooks"])
+    data.update(name="planted_source", profile={"num_steps": 4, "activities": ["CPU"], "with_stack": True},
+                rules=[rule for rule in data["rules"] if rule["name"] == "no_softmax"])
     path = root / "planted_source.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
